@@ -1,0 +1,7 @@
+"""``python -m rewriter`` is the ``rewrite`` command."""
+
+import sys
+
+from rewriter.cli import main
+
+sys.exit(main())

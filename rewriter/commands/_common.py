@@ -1,0 +1,75 @@
+"""Arguments and helpers shared by commands: how a model is named and loaded, output dirs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rewriter.errors import UserError
+from rewriter.frontends import LoadOptions, load_model
+from rewriter.model import Model
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, positional: str = "model") -> None:
+    """The model path and the options every front end understands."""
+    parser.add_argument(positional, help="model: .keras, .h5, SavedModel dir, frozen .pb/.pbtxt, "
+                        "or a TF1 checkpoint prefix with its .meta")
+    add_load_options(parser)
+
+
+def add_load_options(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("loading")
+    g.add_argument("--signature", help="SavedModel signature (default: serving_default)")
+    g.add_argument("--inputs", dest="input_names", metavar="NAMES",
+                   help="comma-separated input tensors of a graph (frozen .pb, checkpoint)")
+    g.add_argument("--outputs", dest="output_names", metavar="NAMES",
+                   help="comma-separated output tensors of a graph (frozen .pb, checkpoint)")
+    g.add_argument("--input-shape", action="append", default=[], metavar="NAME:D0,D1,...",
+                   help="fix an input's shape (repeatable); unknown batch defaults to 1")
+    g.add_argument("--unsafe", action="store_true",
+                   help="allow Keras Lambda layers (runs code stored in the model file)")
+
+
+def load_options(args: argparse.Namespace) -> LoadOptions:
+    return LoadOptions(
+        signature=getattr(args, "signature", None),
+        inputs=_split(getattr(args, "input_names", None)),
+        outputs=_split(getattr(args, "output_names", None)),
+        input_shapes=parse_input_shapes(getattr(args, "input_shape", []) or []),
+        unsafe=bool(getattr(args, "unsafe", False)),
+    )
+
+
+def load_from_args(args: argparse.Namespace, attr: str = "model") -> Model:
+    return load_model(getattr(args, attr), load_options(args))
+
+
+def parse_input_shapes(items: list[str]) -> dict[str, tuple[int, ...]]:
+    shapes: dict[str, tuple[int, ...]] = {}
+    for item in items:
+        name, sep, dims = item.rpartition(":")
+        if not sep or not name:
+            raise UserError(f"--input-shape {item!r} is not NAME:D0,D1,... "
+                            "(e.g. input_1:1,224,224,3)")
+        try:
+            shapes[name] = tuple(int(d) for d in dims.split(","))
+        except ValueError:
+            raise UserError(f"--input-shape {item!r}: dimensions must be integers") from None
+        if any(d <= 0 for d in shapes[name]):
+            raise UserError(f"--input-shape {item!r}: dimensions must be positive")
+    return shapes
+
+
+def _split(value: str | None) -> list[str] | None:
+    if not value:
+        return None
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def prepare_outdir(path: str | None, default: str = "out") -> Path:
+    """An output directory that may be created or reused; an existing *file* is refused."""
+    out = Path(path or default)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"output path {str(out)!r} is an existing file; give a directory with -o")
+    out.mkdir(parents=True, exist_ok=True)
+    return out

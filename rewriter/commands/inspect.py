@@ -1,0 +1,107 @@
+"""``rewrite inspect``: what a model or checkpoint holds.
+
+For a model: format, signature (names, shapes, dtypes), op histogram of the frozen graph and the
+notes its front end made. For a checkpoint (TF1/TF2 prefix, Keras weights): variable names,
+dtypes and shapes, as ``inspect_checkpoint`` prints them; ``--against MODEL`` diffs the
+checkpoint against a model's variables (what would restore, what is new, unused, mismatched).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rewriter.commands._common import add_model_arguments, load_from_args
+from rewriter.errors import UserError
+
+HELP = "show a model's signature and ops, or a checkpoint's variables"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument("--against", metavar="MODEL",
+                        help="diff a checkpoint's variables against this model's variables")
+    parser.add_argument("--variables", action="store_true",
+                        help="list a checkpoint's variables even when a .meta graph is present")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace, ui: Any) -> int:
+    surgery = _surgery()
+    if args.against:
+        if surgery is None:
+            raise UserError("--against needs rewriter.surgery, which is not installed")
+        return _inspect_checkpoint(args, ui, surgery)
+    meta_missing = not Path(args.model + ".meta").exists()
+    if surgery is not None and surgery.is_checkpoint(args.model) and (
+            args.variables or meta_missing):
+        return _inspect_checkpoint(args, ui, surgery)
+    with ui.step(f"loading {args.model}"):
+        model = load_from_args(args)
+    info: dict[str, Any] = {
+        "path": model.source.path,
+        "format": model.source.format,
+        "signature": model.signature_json(),
+        "ops": model.op_histogram(),
+        "nodes": len(model.graph_def.node),
+        "notes": model.source.notes,
+    }
+    if model.source.format == "checkpoint":
+        import tensorflow as tf
+
+        info["variables"] = [{"name": n, "shape": list(s)}
+                             for n, s in tf.train.list_variables(model.source.path)]
+    if ui.json_mode:
+        ui.json(info)
+        return 0
+    ui.out(f"{info['path']}  ({info['format']}, {info['nodes']} nodes)")
+    for title, specs in (("inputs", model.inputs), ("outputs", model.outputs)):
+        ui.out(f"{title}:")
+        for spec in specs:
+            ui.out(f"  {spec.name:<24} {spec.dtype:<8} {list(spec.shape)}  <- {spec.tensor}")
+    ui.out("ops:")
+    for op, count in info["ops"].items():
+        ui.out(f"  {op:<28} {count:>5}")
+    if "variables" in info:
+        ui.out(f"variables ({len(info['variables'])}):")
+        for v in info["variables"]:
+            ui.out(f"  {v['name']:<40} {v['shape']}")
+    for note in info["notes"]:
+        ui.out(f"note: {note}")
+    return 0
+
+
+def _surgery() -> Any:
+    try:
+        from rewriter.surgery import checkpoints
+    except ImportError:
+        return None
+    return checkpoints
+
+
+def _inspect_checkpoint(args: argparse.Namespace, ui: Any, surgery: Any) -> int:
+    if args.against:
+        diff = surgery.diff_checkpoint(args.model, args.against)
+        data = diff.to_json()
+        if ui.json_mode:
+            ui.json(data)
+            return 0
+        for key in ("restored", "new", "unused", "mismatched"):
+            items = data.get(key, [])
+            ui.out(f"{key} ({len(items)}):")
+            for item in items:
+                ui.out(f"  {item if isinstance(item, str) else _fmt_item(item)}")
+        return 0
+    variables = surgery.list_checkpoint_variables(args.model)
+    if ui.json_mode:
+        ui.json({"path": args.model, "variables": [
+            {"name": v.name, "dtype": v.dtype, "shape": list(v.shape)} for v in variables]})
+        return 0
+    for v in variables:
+        ui.out(f"{v.name} ({v.dtype}) {list(v.shape)}")
+    return 0
+
+
+def _fmt_item(item: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in item.items())

@@ -1,0 +1,100 @@
+"""Shared front-end steps: static input shapes, freezing concrete functions, graph sinks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rewriter.errors import UserError
+from rewriter.frontends import LoadOptions
+from rewriter.graph import GraphDef, parse_input
+from rewriter.model import TensorSpec
+
+#: Ops that are never a model output (training, saving, initialisation, plumbing).
+NON_OUTPUT_OPS = frozenset({
+    "NoOp", "Const", "Placeholder", "PlaceholderWithDefault", "Assert", "SaveV2", "RestoreV2",
+    "MergeV2Checkpoints", "SaveSlices", "Save", "Restore", "RestoreSlice", "ShardedFilename",
+    "StringJoin", "Assign", "AssignAdd", "AssignSub", "AssignVariableOp", "VarHandleOp",
+    "VariableV2", "Variable", "VarIsInitializedOp", "IsVariableInitialized", "ScalarSummary",
+    "HistogramSummary", "MergeSummary", "ImageSummary", "Print", "PrintV2",
+})
+
+
+def static_shape(name: str, shape: Sequence[int | None] | None, options: LoadOptions,
+                 notes: list[str]) -> tuple[int, ...]:
+    """The static shape of input ``name``: ``--input-shape`` wins, else batch None -> 1.
+
+    Any other unknown dimension is an error naming the flag that fixes it.
+    """
+    override = options.input_shapes.get(name)
+    if override is not None:
+        if shape is not None and len(shape) != len(override):
+            raise UserError(f"--input-shape {name}: rank {len(override)} given, but the model's "
+                            f"input has rank {len(shape)} (shape {_fmt(shape)})")
+        if shape is not None:
+            for want, have in zip(override, shape):
+                if have is not None and want != have:
+                    raise UserError(f"--input-shape {name}:{_fmt(override)} conflicts with the "
+                                    f"model's fixed input shape {_fmt(shape)}")
+        if shape is None or any(d is None for d in shape):
+            notes.append(f"input {name!r}: shape fixed to {_fmt(override)} by --input-shape")
+        return tuple(override)
+    if shape is None:
+        raise UserError(f"input {name!r} has unknown rank; give --input-shape {name}:D0,D1,...")
+    dims = list(shape)
+    if dims and dims[0] is None:
+        dims[0] = 1
+        notes.append(f"input {name!r}: batch dimension fixed to 1 (edge targets need static "
+                     "shapes; use --input-shape to choose another)")
+    if any(d is None for d in dims):
+        example = ",".join("N" if d is None else str(d) for d in dims)
+        raise UserError(f"input {name!r} has dynamic dimensions {_fmt(shape)}; give "
+                        f"--input-shape {name}:{example} with N replaced by a size")
+    return tuple(int(d) for d in dims)
+
+
+def check_shape_overrides(options: LoadOptions, input_names: Sequence[str]) -> None:
+    unknown = sorted(set(options.input_shapes) - set(input_names))
+    if unknown:
+        raise UserError(f"--input-shape names unknown input(s) {', '.join(unknown)}; "
+                        f"the model's inputs are: {', '.join(input_names)}")
+
+
+def freeze_concrete_function(fn) -> GraphDef:
+    """A frozen GraphDef of a concrete function (variables become Consts)."""
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    frozen = convert_variables_to_constants_v2(fn)
+    return frozen.graph.as_graph_def(), frozen
+
+
+def graph_sinks(graph_def: GraphDef) -> list[str]:
+    """Nodes whose outputs no other node reads, excluding non-output ops."""
+    consumed: set[str] = set()
+    for node in graph_def.node:
+        for ref in node.input:
+            consumed.add(parse_input(ref)[0])
+    return [n.name for n in graph_def.node
+            if n.name not in consumed and n.op not in NON_OUTPUT_OPS]
+
+
+def set_placeholder_shapes(graph_def: GraphDef, specs: Sequence[TensorSpec]) -> None:
+    """Write the static shapes of ``specs`` into their Placeholder nodes."""
+    by_node = {s.node: s for s in specs}
+    for node in graph_def.node:
+        spec = by_node.get(node.name)
+        if spec is None or node.op not in ("Placeholder", "PlaceholderWithDefault"):
+            continue
+        shape = node.attr["shape"].shape
+        shape.Clear()
+        for d in spec.shape:
+            shape.dim.add().size = int(d)
+        if "_output_shapes" in node.attr:
+            del node.attr["_output_shapes"]
+
+
+def _fmt(shape: Sequence[int | None] | None) -> str:
+    if shape is None:
+        return "<unknown>"
+    return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"

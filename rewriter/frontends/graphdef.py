@@ -1,0 +1,108 @@
+"""Frozen GraphDef front end: ``.pb`` (binary) and ``.pbtxt`` (text) files.
+
+Inputs are the Placeholders and outputs the graph's sinks when that is unambiguous; otherwise
+``--inputs``/``--outputs`` are required and the error lists the candidates. A graph that still
+holds variables is not frozen: the error says to give the checkpoint with its ``.meta`` instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rewriter.errors import UserError
+from rewriter.frontends import LoadOptions
+from rewriter.frontends._common import (
+    check_shape_overrides,
+    graph_sinks,
+    set_placeholder_shapes,
+    static_shape,
+)
+from rewriter.graph import GraphDef, np_dtype
+from rewriter.model import Model, Source, TensorSpec
+
+_VARIABLE_OPS = {"VariableV2", "VarHandleOp", "Variable"}
+
+
+def read_graphdef(path: str, text: bool = False) -> GraphDef:
+    """Parse a GraphDef file; UserError when it is not one."""
+    from google.protobuf import message, text_format
+
+    data = Path(path).read_bytes()
+    gd = GraphDef()
+    try:
+        if text:
+            text_format.Parse(data.decode("utf-8"), gd)
+        else:
+            gd.ParseFromString(data)
+    except (message.DecodeError, text_format.ParseError, UnicodeDecodeError, ValueError) as exc:
+        kind = "text (.pbtxt)" if text else "binary"
+        raise UserError(f"{path}: not a valid {kind} GraphDef ({str(exc)[:120] or 'parse error'});"
+                        " is the file truncated or of another format?") from None
+    if not gd.node:
+        raise UserError(f"{path}: GraphDef has no nodes; is it a frozen graph?")
+    for node in gd.node:
+        if not node.name or not node.op:
+            raise UserError(f"{path}: not a valid GraphDef (a node has no name or op); "
+                            "is the file truncated or of another format?")
+    return gd
+
+
+def load_graphdef(path: str, options: LoadOptions, text: bool = False) -> Model:
+    gd = read_graphdef(path, text)
+    fmt = "graphdef_text" if text else "graphdef"
+    return model_from_graphdef(gd, path, fmt, options)
+
+
+def model_from_graphdef(gd: GraphDef, path: str, fmt: str, options: LoadOptions,
+                        notes: list[str] | None = None) -> Model:
+    """Bind a frozen GraphDef to a signature from options or from its Placeholders and sinks."""
+    notes = list(notes or [])
+    nodes = {n.name: n for n in gd.node}
+    variables = [n.name for n in gd.node if n.op in _VARIABLE_OPS]
+    if variables:
+        raise UserError(f"{path}: graph is not frozen (it has variables, e.g. {variables[0]!r});"
+                        " give the TF1 checkpoint prefix (with its .meta) instead")
+    if options.inputs:
+        in_names = options.inputs
+    else:
+        in_names = [n.name for n in gd.node if n.op == "Placeholder"]
+        if not in_names:
+            raise UserError(f"{path}: graph has no Placeholder; name its inputs with --inputs")
+    if options.outputs:
+        out_names = options.outputs
+    else:
+        sinks = graph_sinks(gd)
+        if len(sinks) == 1 or (sinks and all(nodes[s].op == "Identity" for s in sinks)):
+            out_names = sinks
+        else:
+            shown = ", ".join(sinks[:8]) + (" ..." if len(sinks) > 8 else "")
+            raise UserError(f"{path}: cannot tell the outputs ({len(sinks)} candidate sinks: "
+                            f"{shown}); name them with --outputs")
+    check_shape_overrides(options, [n.split(":")[0] for n in in_names])
+    inputs = []
+    for ref in in_names:
+        name = ref.split(":")[0]
+        node = nodes.get(name)
+        if node is None:
+            raise UserError(f"{path}: --inputs names {name!r}, which is not a node of the graph")
+        try:
+            dtype = np_dtype(node.attr["dtype"].type).name
+        except KeyError:
+            raise UserError(f"{path}: input {name!r} has an unsupported dtype") from None
+        shp = node.attr["shape"].shape if "shape" in node.attr else None
+        dims = None if shp is None or shp.unknown_rank else [
+            None if d.size < 0 else int(d.size) for d in shp.dim]
+        shape = static_shape(name, dims, options, notes)
+        inputs.append(TensorSpec(name, _tensor(ref), shape, dtype))
+    outputs = []
+    for ref in out_names:
+        name = ref.split(":")[0]
+        if name not in nodes:
+            raise UserError(f"{path}: --outputs names {name!r}, which is not a node of the graph")
+        outputs.append(TensorSpec(name, _tensor(ref), (), "float32"))
+    set_placeholder_shapes(gd, inputs)
+    return Model(gd, inputs, outputs, Source(path, fmt, notes))
+
+
+def _tensor(ref: str) -> str:
+    return ref if ":" in ref else f"{ref}:0"

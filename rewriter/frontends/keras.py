@@ -1,0 +1,145 @@
+"""Keras front end: ``.keras`` (Keras 3) and ``.h5`` (Keras 3 or tf_keras / Keras 2) files.
+
+Models load with ``safe_mode=True``; a model with a Lambda layer is refused unless the user passes
+``--unsafe`` (a Lambda stores Python bytecode that runs on load). The model's inference call
+(``training=False``) is traced at a static input shape and frozen to a GraphDef. ``.h5`` files
+written by Keras 2 / tf_keras are loaded with tf_keras, so the graph is the one that Keras
+version emits (e.g. ``FusedBatchNormV3``); Keras 3 files with Keras 3.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rewriter.errors import UserError
+from rewriter.frontends import LoadOptions
+from rewriter.frontends._common import (
+    check_shape_overrides,
+    freeze_concrete_function,
+    static_shape,
+)
+from rewriter.model import Model, Source, TensorSpec
+
+_LAMBDA_HINT = ("pass --unsafe only if you trust the file: a Lambda layer runs Python code "
+                "stored in it")
+
+
+def h5_keras_version(path: str) -> str | None:
+    """The ``keras_version`` attribute of a Keras .h5 file, if any."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            v = f.attrs.get("keras_version")
+            cfg = f.attrs.get("model_config")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read HDF5 file ({exc})") from None
+    if cfg is None:
+        raise UserError(f"{path}: HDF5 file holds no Keras model (no model_config); "
+                        "is it a weights-only file (.weights.h5)? Give the full model")
+    if isinstance(v, bytes):
+        v = v.decode()
+    return str(v) if v is not None else None
+
+
+def _h5_has_lambda(path: str) -> bool:
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        cfg = f.attrs.get("model_config")
+    if isinstance(cfg, bytes):
+        cfg = cfg.decode()
+    return bool(re.search(r'"class_name":\s*"Lambda"', str(cfg)))
+
+
+def load_keras(path: str, fmt: str, options: LoadOptions) -> Model:
+    legacy = False
+    if fmt == "h5":
+        version = h5_keras_version(path)
+        legacy = version is not None and not version.startswith("3")
+        if not options.unsafe and _h5_has_lambda(path):
+            raise UserError(f"{path}: model has a Lambda layer, refused in safe mode; "
+                            + _LAMBDA_HINT)
+    model = _load_legacy(path, options) if legacy else _load_keras3(path, options)
+    return _freeze_keras_model(model, path, fmt, options, legacy)
+
+
+def _load_keras3(path: str, options: LoadOptions) -> Any:
+    import keras
+
+    try:
+        return keras.saving.load_model(path, compile=False, safe_mode=not options.unsafe)
+    except Exception as exc:  # Keras raises many types; all mean "cannot load this file"
+        raise _load_error(path, exc) from None
+
+
+def _load_legacy(path: str, options: LoadOptions) -> Any:
+    import tf_keras
+
+    try:
+        return tf_keras.models.load_model(path, compile=False)
+    except Exception as exc:
+        raise _load_error(path, exc) from None
+
+
+def _load_error(path: str, exc: Exception) -> UserError:
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if "Lambda" in msg and "safe_mode" in str(exc):
+        return UserError(f"{path}: model has a Lambda layer, refused in safe mode; "
+                         + _LAMBDA_HINT)
+    if "Unknown layer" in msg or "Could not locate class" in msg or "custom_objects" in msg:
+        return UserError(f"{path}: model uses a custom layer or object that is not registered "
+                         f"({msg[:160]}); rewriter can load only built-in Keras layers, so "
+                         "freeze the model to a SavedModel or .pb where its code is available")
+    return UserError(f"{path}: cannot load Keras model: {msg[:200]}")
+
+
+def _freeze_keras_model(model: Any, path: str, fmt: str, options: LoadOptions,
+                        legacy: bool) -> Model:
+    import tensorflow as tf
+
+    if not getattr(model, "inputs", None):
+        raise UserError(f"{path}: model has no defined inputs (a Sequential model saved before "
+                        "it was built); build it with an Input layer and save it again")
+    notes: list[str] = [f"loaded with {'tf_keras (Keras 2)' if legacy else 'Keras 3'}"]
+    names = [_tensor_name(t, i) for i, t in enumerate(model.inputs)]
+    check_shape_overrides(options, names)
+    specs = []
+    for name, t in zip(names, model.inputs):
+        shape = static_shape(name, _shape_list(t.shape), options, notes)
+        specs.append(tf.TensorSpec(shape, tf.as_dtype(t.dtype), name=name))
+
+    single = len(specs) == 1
+
+    def call(*args: Any) -> Any:
+        return model(args[0] if single else list(args), training=False)
+
+    fn = tf.function(call, input_signature=specs).get_concrete_function()
+    graph_def, frozen = freeze_concrete_function(fn)
+    out_names = _output_names(model, len(frozen.outputs))
+    inputs = [TensorSpec(n, t.name, tuple(s.shape), s.dtype.name)
+              for n, t, s in zip(names, frozen.inputs, specs)]
+    outputs = [TensorSpec(n, t.name, tuple(_shape_list(t.shape) or ()), t.dtype.name)
+               for n, t in zip(out_names, frozen.outputs)]
+    return Model(graph_def, inputs, outputs, Source(path, fmt, notes))
+
+
+def _tensor_name(t: Any, i: int) -> str:
+    name = getattr(t, "name", None) or f"input_{i}"
+    return name.split(":")[0]
+
+
+def _shape_list(shape: Any) -> list[int | None] | None:
+    try:
+        return [None if d is None else int(d) for d in shape]
+    except TypeError:
+        return None
+
+
+def _output_names(model: Any, n: int) -> list[str]:
+    names = list(getattr(model, "output_names", None) or [])
+    if len(names) != n or len(set(names)) != n:
+        names = [f"output_{i}" for i in range(n)]
+    return names
+

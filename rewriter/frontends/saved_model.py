@@ -1,0 +1,74 @@
+"""SavedModel front end: a signature (``serving_default`` or ``--signature``) frozen to a GraphDef.
+
+The signature's inputs become the Model inputs (keyed by the signature's argument names) and its
+structured outputs, in sorted key order, the Model outputs. Dynamic dimensions are fixed as in
+every front end (batch -> 1, others by ``--input-shape``) and written into the Placeholders.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rewriter.errors import UserError
+from rewriter.frontends import LoadOptions
+from rewriter.frontends._common import (
+    check_shape_overrides,
+    freeze_concrete_function,
+    set_placeholder_shapes,
+    static_shape,
+)
+from rewriter.model import Model, Source, TensorSpec
+
+
+def load_saved_model(directory: str, options: LoadOptions) -> Model:
+    import tensorflow as tf
+
+    try:
+        loaded = tf.saved_model.load(directory)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UserError(f"{directory}: cannot load SavedModel: {first[:200]}") from None
+    signatures = dict(getattr(loaded, "signatures", {}) or {})
+    if not signatures:
+        raise UserError(f"{directory}: SavedModel has no signatures; re-save it with "
+                        "`tf.saved_model.save(obj, dir, signatures=...)`")
+    key = options.signature or "serving_default"
+    if key not in signatures:
+        avail = ", ".join(sorted(signatures))
+        hint = "--signature NAME" if options.signature is None else "one of them"
+        raise UserError(f"{directory}: SavedModel has no signature {key!r}; it has: {avail} "
+                        f"(choose with {hint})")
+    fn = signatures[key]
+    notes = [f"signature {key!r}"]
+    arg_specs = fn.structured_input_signature[1]
+    names = sorted(arg_specs)
+    check_shape_overrides(options, names)
+    graph_def, frozen = freeze_concrete_function(fn)
+    # frozen.inputs are the signature's placeholders, in the order of fn.inputs (by name).
+    by_name = {t.name.split(":")[0]: t for t in frozen.inputs}
+    inputs = []
+    for name in names:
+        spec = arg_specs[name]
+        tensor = by_name.get(spec.name or name)
+        if tensor is None:
+            tensor = by_name.get(name)
+        if tensor is None:
+            raise UserError(f"{directory}: cannot find the placeholder of signature input "
+                            f"{name!r}")
+        shape = static_shape(name, _dims(spec.shape), options, notes)
+        inputs.append(TensorSpec(name, tensor.name, shape, spec.dtype.name))
+    set_placeholder_shapes(graph_def, inputs)
+    out_struct = fn.structured_outputs
+    out_names = sorted(out_struct) if isinstance(out_struct, dict) else [
+        f"output_{i}" for i in range(len(frozen.outputs))]
+    flat = tf.nest.flatten(out_struct)
+    outputs = [TensorSpec(n, t.name, tuple(_dims(s.shape) or ()), s.dtype.name)
+               for n, t, s in zip(out_names, frozen.outputs, flat)]
+    return Model(graph_def, inputs, outputs,
+                 Source(str(Path(directory)), "saved_model", notes))
+
+
+def _dims(shape) -> list[int | None] | None:
+    if shape.rank is None:
+        return None
+    return [None if d is None else int(d) for d in shape.as_list()]

@@ -1,0 +1,104 @@
+"""Reports of a job: ``report.json`` for pipelines and ``report.md`` for people.
+
+The JSON schema is documented in the README ("report.json"); the Markdown is rendered from the
+same dict, so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rewriter.fsutil import atomic_write_text
+
+SCHEMA_VERSION = 1
+
+
+def write_reports(outdir: Path, report: dict[str, Any]) -> list[Path]:
+    """Write report.json and report.md into ``outdir`` atomically; returns their paths."""
+    report = {"schema": SCHEMA_VERSION, **report}
+    paths = [
+        atomic_write_text(outdir / "report.json", json.dumps(report, indent=2, default=str)),
+        atomic_write_text(outdir / "report.md", render_markdown(report)),
+    ]
+    return paths
+
+
+def render_markdown(r: dict[str, Any]) -> str:
+    lines = [f"# rewrite report: {Path(str(r.get('input', '?'))).name} -> {r.get('target', '?')}",
+             "", f"**Result: {'OK' if r.get('ok') else 'NOT OK'}**"]
+    if r.get("summary"):
+        lines += ["", r["summary"]]
+    sig = r.get("signature") or {}
+    if sig:
+        lines += ["", "## Signature", "", "| | name | shape | dtype |", "|---|---|---|---|"]
+        for kind in ("inputs", "outputs"):
+            for s in sig.get(kind, []):
+                lines.append(f"| {kind[:-1]} | {s['name']} | {s['shape']} | {s['dtype']} |")
+    for key, title in (("unsupported_before", "Unsupported before rewriting"),
+                       ("unsupported_after", "Unsupported in the exported artifact")):
+        if key in r:
+            items = r[key] or []
+            lines += ["", f"## {title}", ""]
+            if not items:
+                lines.append("None.")
+            else:
+                lines += ["| op | count | reason | fix |", "|---|---|---|---|"]
+                for u in items:
+                    lines.append(f"| {u.get('op')} | {u.get('count', '')} | "
+                                 f"{_cell(u.get('reason'))} | {u.get('fix') or 'no rule'} |")
+    if r.get("rules_applied") is not None:
+        lines += ["", "## Rules applied", ""]
+        if not r["rules_applied"]:
+            lines.append("None.")
+        else:
+            lines += ["| rule | matches | exactness |", "|---|---|---|"]
+            for a in r["rules_applied"]:
+                lines.append(f"| {a.get('rule')} | {a.get('count', len(a.get('nodes', [])))} | "
+                             f"{a.get('exactness', 'exact' if a.get('exact') else a.get('bound'))}"
+                             " |")
+    eq = r.get("equivalence")
+    if eq:
+        lines += ["", "## Numeric equivalence", ""]
+        for stage, outs in eq.items():
+            if not isinstance(outs, dict) or not outs:
+                continue
+            lines += [f"### {stage}", "", "| output | max abs | max rel | cosine | tolerance | ok |",
+                      "|---|---|---|---|---|---|"]
+            for name, m in outs.items():
+                if not isinstance(m, dict):
+                    continue
+                lines.append(f"| {name} | {_num(m.get('max_abs_error'))} | "
+                             f"{_num(m.get('max_rel_error'))} | {_num(m.get('cosine'), 6)} | "
+                             f"{_cell(m.get('tolerance'))} | {m.get('ok')} |")
+            lines.append("")
+    for key, title in (("artifact", "Artifact"), ("vela", "Vela"), ("edgetpu", "Edge TPU")):
+        if r.get(key):
+            lines += ["", f"## {title}", "", "```json", json.dumps(r[key], indent=2,
+                                                                   default=str), "```"]
+    if r.get("artifact_ops"):
+        lines += ["", "## Ops in the exported artifact", "",
+                  ", ".join(f"{k} x{v}" for k, v in _hist(r["artifact_ops"]).items())]
+    if r.get("warnings") or r.get("notes"):
+        lines += ["", "## Notes", ""]
+        lines += [f"- warning: {w}" for w in r.get("warnings", [])]
+        lines += [f"- {n}" for n in r.get("notes", [])]
+    return "\n".join(lines) + "\n"
+
+
+def _hist(ops: list[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for op in ops:
+        out[op] = out.get(op, 0) + 1
+    return out
+
+
+def _cell(v: Any) -> str:
+    return "" if v is None else str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def _num(v: Any, digits: int = 3) -> str:
+    if isinstance(v, (int, float)):
+        return f"{v:.{digits}g}"
+    return "" if v is None else str(v)

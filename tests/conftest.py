@@ -1,0 +1,47 @@
+"""Shared fixtures: the sample models in models/, quiet TensorFlow, in-process CLI runs."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "models"
+
+SAMPLES = {
+    "keras": MODELS / "convbn_elu.keras",
+    "h5_tfkeras": MODELS / "convbn_elu_tfkeras.h5",
+    "saved_model": MODELS / "convbn_elu_savedmodel",
+    "graphdef": MODELS / "convbn_elu.pb",
+    "checkpoint": MODELS / "convbn_elu_tf1" / "model.ckpt",
+}
+
+
+@pytest.fixture(scope="session")
+def samples() -> dict[str, Path]:
+    return dict(SAMPLES)
+
+
+@pytest.fixture(scope="session")
+def calibration() -> np.ndarray:
+    return np.load(MODELS / "calibration.npy")
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run ``rewrite ARGS`` in-process; returns (exit code, stdout, stderr)."""
+    from rewriter.cli import main
+
+    def _run(*args: str) -> tuple[int, str, str]:
+        code = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return _run
