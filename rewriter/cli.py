@@ -58,7 +58,9 @@ def _import_tensorflow_quietly() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(devnull, 2)
-        import tensorflow  # noqa: F401
+        import tensorflow
+
+        tensorflow.get_logger().setLevel("ERROR")
     except ImportError:
         pass
     finally:

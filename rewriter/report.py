@@ -14,6 +14,10 @@ from rewriter.fsutil import atomic_write_text
 
 SCHEMA_VERSION = 1
 
+#: Titles of the equivalence stages in report.md.
+STAGE_TITLES = {"rewritten_tf": "Rewritten TF graph vs original",
+                "artifact": "Exported artifact vs original"}
+
 
 def write_reports(outdir: Path, report: dict[str, Any]) -> list[Path]:
     """Write report.json and report.md into ``outdir`` atomically; returns their paths."""
@@ -61,18 +65,22 @@ def render_markdown(r: dict[str, Any]) -> str:
     eq = r.get("equivalence")
     if eq:
         lines += ["", "## Numeric equivalence", ""]
-        for stage, outs in eq.items():
-            if not isinstance(outs, dict) or not outs:
-                continue
-            lines += [f"### {stage}", "", "| output | max abs | max rel | cosine | tolerance | ok |",
-                      "|---|---|---|---|---|---|"]
+        for stage, cmp in eq.items():
+            outs = (cmp or {}).get("outputs") or {}
+            title = STAGE_TITLES.get(stage, stage)
+            if cmp.get("runtime"):
+                title += f" ({cmp['runtime']})"
+            lines += [f"### {title}: {'OK' if cmp.get('ok') else 'MISMATCH'}, "
+                      f"{cmp.get('samples', '?')} sample(s)", "",
+                      "| output | max abs | max rel | cosine | L2 rel | atol | rtol | "
+                      "needed atol | ok |", "|---|---|---|---|---|---|---|---|---|"]
             for name, m in outs.items():
-                if not isinstance(m, dict):
-                    continue
                 lines.append(f"| {name} | {_num(m.get('max_abs_error'))} | "
                              f"{_num(m.get('max_rel_error'))} | {_num(m.get('cosine'), 6)} | "
-                             f"{_cell(m.get('tolerance'))} | {m.get('ok')} |")
-            lines.append("")
+                             f"{_num(m.get('l2_rel_error'))} | {_num(m.get('atol'))} | "
+                             f"{_num(m.get('rtol'))} | {_num(m.get('needed_atol'))} | "
+                             f"{m.get('ok')} |")
+            lines += [""] + [f"- {n}" for n in cmp.get("notes", [])] + [""]
     for key, title in (("artifact", "Artifact"), ("vela", "Vela"), ("edgetpu", "Edge TPU")):
         if r.get(key):
             lines += ["", f"## {title}", "", "```json", json.dumps(r[key], indent=2,

@@ -50,6 +50,7 @@ class OpFacts:
     op: str
     source_op: str | None = None
     dtype: str | None = None
+    out_dtype: str | None = None
     input_shape: Shape | None = None
     output_shape: Shape | None = None
     strides: tuple[int, int] | None = None
@@ -104,7 +105,10 @@ def _template_args(value: Any) -> dict[str, Any]:
 
 
 def _check_dtypes(f: OpFacts, allowed: list[str]) -> str | None:
-    return f.dtype if f.dtype is not None and f.dtype not in allowed else None
+    for dtype in (f.dtype, f.out_dtype):
+        if dtype is not None and dtype not in allowed:
+            return dtype
+    return None
 
 
 def _check_rank_max(f: OpFacts, limit: int) -> str | None:
@@ -705,6 +709,13 @@ def load_target(name: str, opset: int | None = None) -> Target:
     return Target(_read_table(names[name]), name, opset)
 
 
+def target_from_table(data: dict[str, Any], name: str | None = None,
+                      opset: int | None = None) -> Target:
+    """A Target from table data given in memory (validated like a table file)."""
+    _validate(Path(f"{data.get('name', '<table>')}.toml"), data)
+    return Target(data, name or (data.get("configs") or [data["name"]])[0], opset)
+
+
 def list_targets() -> list[Target]:
     return [load_target(n) for n in target_names()]
 
@@ -828,7 +839,7 @@ def graph_facts(model: Model, target: Target, quantize: str) -> list[OpFacts]:
             lowered = ["MUL", "ADD"]
         for t in lowered:
             f = OpFacts(**{**base.__dict__, "op": t})
-            f.dtype = _tf_level_dtype(t, base.dtype, quantize, target.artifact)
+            f.dtype = f.out_dtype = _tf_level_dtype(t, base.dtype, quantize, target.artifact)
             f.note = _float_note(t, quantize, target.artifact)
             out.append(f)
     return out
@@ -866,13 +877,21 @@ def _converter_fusions(index: Any, consts: set[str]) -> dict[str, tuple[str, str
             continue
         for x, y in (live, live[::-1]):
             scale = single(y, ("RealDiv", "Mul"))
-            relu6 = scale and len(live_inputs(scale)) == 1 and single(live_inputs(scale)[0],
-                                                                        ("Relu6",))
+            if scale is not None and len(live_inputs(scale)) == 1:
+                relu6 = single(live_inputs(scale)[0], ("Relu6",))
+                head, absorbed = node, [scale]
+            else:  # (x * relu6(x + 3)) / 6
+                relu6 = single(y, ("Relu6",))
+                after = index.consumers(node.name)
+                head = after[0] if len(after) == 1 else None
+                if head is None or head.op not in ("RealDiv", "Mul") or len(live_inputs(head)) != 1:
+                    continue
+                absorbed = [node]
             add = relu6 and single(live_inputs(relu6)[0], ("AddV2", "Add"))
             if add and live_inputs(add) == [x]:
-                note = f"fused into HARD_SWISH at {node.name} by the converter"
-                out[node.name] = ("HARD_SWISH", "")
-                for n in (scale, relu6, add):
+                note = f"fused into HARD_SWISH at {head.name} by the converter"
+                out[head.name] = ("HARD_SWISH", "")
+                for n in (*absorbed, relu6, add):
                     out[n.name] = ("", note)
                 break
     return out

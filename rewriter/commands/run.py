@@ -1,9 +1,9 @@
-"""``rewrite MODEL --target T -o OUT``: the whole job.
+"""``rewrite MODEL --target T -o OUT``: the whole job (see :mod:`rewriter.pipeline`).
 
-load -> plan -> rewrite -> verify (TF vs TF) -> export -> check the artifact (op table, Vela)
--> verify the artifact in its runtime -> report. Exit 0 when the artifact has no op the target
-lacks and outputs match within tolerance, 1 otherwise (the report says which and by how much),
-2 for bad usage or input.
+Exit 0 when the exported artifact has no op the target lacks and its outputs match the original
+within tolerance; 1 otherwise (``report.md`` says which and by how much); 2 for bad usage/input.
+OUT holds ``model.tflite`` or ``model.onnx``, the rewritten float model as ``saved_model/``,
+``report.json`` and ``report.md`` (and Vela's ``*_vela.tflite`` and summary CSV for Ethos-U).
 """
 
 from __future__ import annotations
@@ -20,33 +20,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     parser.add_argument("--target", "-t", required=True, help="target name (see `rewrite targets`)")
     parser.add_argument("-o", "--out", default="out", help="output directory (default: out)")
+    parser.add_argument("--quantize", choices=["int8", "float16", "none"],
+                        help="TFLite quantization (default: the target's, int8 for edgetpu and "
+                        "ethos-u*)")
+    parser.add_argument("--opset", type=int, help="ONNX opset for ONNX targets (default 17)")
+    parser.add_argument("--exact-only", action="store_true",
+                        help="refuse approximate rules (ops they would fix stay unsupported)")
+    parser.add_argument("--calibration", metavar="DATA",
+                        help="int8 calibration data: .npy, .npz (keyed by input) or image dir")
+    parser.add_argument("--data", dest="verify_inputs", metavar="DATA",
+                        help="verification inputs (default: the calibration data, else "
+                        "seeded synthetic inputs)")
+    parser.add_argument("--samples", type=int, default=8, help="verification samples (default 8)")
+    parser.add_argument("--float-io", action="store_true",
+                        help="keep float input/output in int8 models (default for int8 "
+                        "accelerators: int8 I/O, so no QUANTIZE/DEQUANTIZE runs on the CPU)")
+    parser.add_argument("--no-vela", action="store_true", help="do not run Vela for Ethos-U")
     parser.add_argument("--json", action="store_true", help="print report.json to stdout")
 
 
 def run(args: argparse.Namespace, ui: Any) -> int:
-    from rewriter.graph import GraphIndex  # noqa: F401  (fail early if TF protos are missing)
-    from rewriter.report import write_reports
+    from rewriter.pipeline import JobOptions, run_job
     from rewriter.targets import load_target
 
-    target = load_target(args.target)
+    target = load_target(args.target, args.opset)
     outdir = prepare_outdir(args.out)
     with ui.step(f"loading {args.model}"):
         model = load_from_args(args)
-    from rewriter.fsutil import atomic_write_bytes
-
-    atomic_write_bytes(outdir / "model.pb", model.graph_def.SerializeToString())
-    report = {
-        "ok": True,
-        "target": target.name,
-        "input": model.source.path,
-        "format": model.source.format,
-        "signature": model.signature_json(),
-        "ops": model.op_histogram(),
-        "notes": model.source.notes,
-    }
-    write_reports(outdir, report)
+    options = JobOptions(quantize=args.quantize, exact_only=args.exact_only,
+                         calibration=args.calibration, inputs=args.verify_inputs,
+                         samples=max(1, args.samples), run_vela=not args.no_vela,
+                         int8_io=False if args.float_io else None)
+    result = run_job(model, target, outdir, options, progress=ui.step)
     if ui.json_mode:
-        ui.json(report)
+        ui.json(result.report)
     else:
-        ui.out(f"wrote {outdir}/model.pb and {outdir}/report.md")
-    return 0
+        ui.out(("OK: " if result.exit_code == 0 else "NOT OK: ") + result.report["summary"])
+        for key in ("artifact", "saved_model", "report.md"):
+            if key in result.files:
+                ui.out(f"  {key}: {result.files[key]}")
+        for w in result.report.get("warnings", []):
+            ui.warn(w)
+    return result.exit_code

@@ -1,0 +1,213 @@
+"""Read the ops, dtypes, shapes and attributes inside an exported ``.tflite`` or ``.onnx`` file.
+
+The TFLite file is read with the flatbuffer schema shipped in ``ai_edge_litert`` (no interpreter,
+no delegates: what is in the file, in execution order). The ONNX file is read with ``onnx`` and
+its shape inference. Both give :class:`rewriter.targets.OpFacts`, which the op tables judge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rewriter.errors import UserError
+from rewriter.targets import OpFacts
+
+
+@dataclass
+class Artifact:
+    """The ops of one exported file, in execution order."""
+
+    path: str
+    kind: str  # "tflite" | "onnx"
+    ops: list[OpFacts]
+    opset: int | None = None
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+
+    def op_names(self) -> list[str]:
+        return [f.op for f in self.ops]
+
+    def histogram(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for f in self.ops:
+            counts[f.op] = counts.get(f.op, 0) + 1
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def read_artifact(path: str | Path) -> Artifact:
+    """Read a ``.tflite`` or ``.onnx`` file (by extension)."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"no such file: {p}")
+    if p.suffix == ".tflite":
+        return read_tflite(p)
+    if p.suffix == ".onnx":
+        return read_onnx(p)
+    raise UserError(f"{p}: expected a .tflite or .onnx file")
+
+
+# ----------------------------------------------------------------------------- TFLite
+_ACTIVATIONS = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
+_REDUCERS = {"MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD", "REDUCE_ANY",
+             "REDUCE_ALL"}
+
+
+def _enum_names(enum_cls: Any) -> dict[int, str]:
+    return {v: k for k, v in vars(enum_cls).items() if not k.startswith("_")}
+
+
+def read_tflite(path: Path) -> Artifact:
+    """Ops of subgraph 0 of a TFLite flatbuffer, with dtypes, shapes and options."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    buf = path.read_bytes()
+    try:
+        model = schema.ModelT.InitFromPackedBuf(buf, 0)
+    except Exception as exc:  # flatbuffers raises plain errors on garbage
+        raise UserError(f"{path}: not a TFLite flatbuffer ({exc})") from None
+    if not model.subgraphs:
+        raise UserError(f"{path}: the model has no subgraph")
+    op_names = _enum_names(schema.BuiltinOperator)
+    types = _enum_names(schema.TensorType)
+    sg = model.subgraphs[0]
+    ops = [_tflite_op(model, sg, i, op, op_names, types) for i, op in enumerate(sg.operators)]
+    for f, op in zip(ops, sg.operators, strict=True):
+        f.boundary = ((f.op == "QUANTIZE" and any(t in sg.inputs for t in op.inputs))
+                      or (f.op == "DEQUANTIZE" and any(t in sg.outputs for t in op.outputs)))
+    io = {"inputs": sg.inputs, "outputs": sg.outputs}
+    sig = {k: [_tensor_json(sg.tensors[t], types) for t in v] for k, v in io.items()}
+    return Artifact(str(path), "tflite", ops, None, sig["inputs"], sig["outputs"])
+
+
+def _tensor_json(t: Any, types: dict[int, str]) -> dict[str, Any]:
+    return {"name": _s(t.name), "shape": _shape(t), "dtype": types.get(t.type, "?").lower()}
+
+
+def _s(x: Any) -> str:
+    return x.decode() if isinstance(x, bytes) else str(x or "")
+
+
+def _shape(t: Any) -> tuple[int | None, ...]:
+    sig = t.shapeSignature if t.shapeSignature is not None and len(t.shapeSignature) else None
+    dims = sig if sig is not None else (t.shape if t.shape is not None else [])
+    return tuple(None if int(d) < 0 else int(d) for d in dims)
+
+
+def _buffer_ints(model: Any, t: Any) -> tuple[int, ...] | None:
+    buf = model.buffers[t.buffer] if 0 < t.buffer < len(model.buffers) else None
+    if buf is None or buf.data is None or len(buf.data) == 0:
+        return None
+    dtype = np.int64 if t.type == 4 else np.int32
+    return tuple(int(v) for v in np.frombuffer(bytes(bytearray(buf.data)), dtype=dtype))
+
+
+def _tflite_op(model: Any, sg: Any, i: int, op: Any, names: dict[int, str],
+               types: dict[int, str]) -> OpFacts:
+    code = model.operatorCodes[op.opcodeIndex]
+    builtin = max(int(code.builtinCode), int(code.deprecatedBuiltinCode))
+    name = names.get(builtin, f"BUILTIN_{builtin}")
+    custom = name == "CUSTOM"
+    if custom:
+        name = _s(code.customCode)
+    ins = [sg.tensors[t] for t in (op.inputs if op.inputs is not None else []) if t >= 0]
+    outs = [sg.tensors[t] for t in (op.outputs if op.outputs is not None else [])]
+    first_out = _s(outs[0].name) if outs else f"op{i}"
+    f = OpFacts(node=f"#{i} {first_out}", op=name, custom=custom,
+                dtype=types.get(ins[0].type, "?").lower() if ins else None,
+                out_dtype=types.get(outs[0].type, "?").lower() if outs else None,
+                input_shape=_shape(ins[0]) if ins else None,
+                output_shape=_shape(outs[0]) if outs else None,
+                version=int(code.version))
+    _options(f, op.builtinOptions)
+    if name in ("CONV_2D", "DEPTHWISE_CONV_2D") and len(ins) > 1:
+        w = _shape(ins[1])
+        if len(w) == 4:
+            f.kernel = (w[1], w[2])
+    if name in _REDUCERS and len(ins) > 1:
+        f.axes = _buffer_ints(model, ins[1])
+    if name == "SPLIT" and len(ins) > 1:
+        f.axes = _buffer_ints(model, ins[0])
+        f.input_shape = _shape(ins[1])
+    if name == "STRIDED_SLICE" and len(ins) > 3:
+        f.slice_strides = _buffer_ints(model, ins[3])
+    return f
+
+
+def _options(f: OpFacts, opt: Any) -> None:
+    if opt is None:
+        return
+    if hasattr(opt, "strideH"):
+        f.strides = (int(opt.strideH), int(opt.strideW))
+    if hasattr(opt, "filterHeight"):
+        f.kernel = (int(opt.filterHeight), int(opt.filterWidth))
+    if hasattr(opt, "dilationHFactor"):
+        f.dilation = (int(opt.dilationHFactor), int(opt.dilationWFactor))
+    if hasattr(opt, "padding"):
+        f.padding = {0: "SAME", 1: "VALID"}.get(int(opt.padding))
+    if hasattr(opt, "fusedActivationFunction"):
+        f.fused_activation = _ACTIVATIONS.get(int(opt.fusedActivationFunction), "?")
+
+
+# ----------------------------------------------------------------------------- ONNX
+_ONNX_TYPES = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64",
+               9: "bool", 10: "float16", 11: "float64", 16: "bfloat16"}
+
+
+def read_onnx(path: Path) -> Artifact:
+    """Nodes of an ONNX graph, with dtypes and shapes from ONNX shape inference."""
+    import onnx
+
+    try:
+        model = onnx.load(str(path))
+    except Exception as exc:
+        raise UserError(f"{path}: not an ONNX model ({exc})") from None
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    try:
+        model = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # unknown ops (e.g. Erfc) stop inference; keep what the file declares
+        pass
+    g = model.graph
+    infos = {v.name: v for v in [*g.input, *g.output, *g.value_info]}
+    consts = {i.name for i in g.initializer}
+    ops = []
+    for i, node in enumerate(g.node):
+        f = OpFacts(node=node.name or f"#{i}", op=node.op_type,
+                    custom=node.domain not in ("", "ai.onnx"))
+        data = [x for x in node.input if x and x not in consts]
+        if data and data[0] in infos:
+            f.dtype, f.input_shape = _onnx_type(infos[data[0]])
+        if node.output and node.output[0] in infos:
+            f.out_dtype, f.output_shape = _onnx_type(infos[node.output[0]])
+        _onnx_attrs(f, node)
+        ops.append(f)
+    sig_in = [_onnx_io(v) for v in g.input if v.name not in consts]
+    return Artifact(str(path), "onnx", ops, opset, sig_in, [_onnx_io(v) for v in g.output])
+
+
+def _onnx_type(info: Any) -> tuple[str | None, tuple[int | None, ...] | None]:
+    tt = info.type.tensor_type
+    dtype = _ONNX_TYPES.get(tt.elem_type)
+    if not tt.HasField("shape"):
+        return dtype, None
+    return dtype, tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
+
+
+def _onnx_io(info: Any) -> dict[str, Any]:
+    dtype, shape = _onnx_type(info)
+    return {"name": info.name, "shape": list(shape or ()), "dtype": dtype}
+
+
+def _onnx_attrs(f: OpFacts, node: Any) -> None:
+    attrs = {a.name: a for a in node.attribute}
+    if "strides" in attrs and len(attrs["strides"].ints) == 2:
+        f.strides = tuple(int(v) for v in attrs["strides"].ints)
+    if "kernel_shape" in attrs and len(attrs["kernel_shape"].ints) == 2:
+        f.kernel = tuple(int(v) for v in attrs["kernel_shape"].ints)
+    if "dilations" in attrs and len(attrs["dilations"].ints) == 2:
+        f.dilation = tuple(int(v) for v in attrs["dilations"].ints)
+    if "axes" in attrs:
+        f.axes = tuple(int(v) for v in attrs["axes"].ints)

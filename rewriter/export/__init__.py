@@ -1,0 +1,112 @@
+"""Back ends: the rewritten :class:`rewriter.model.Model` as a deployable file.
+
+``export_tflite`` (float32, full-integer int8, float16; LiteRT builtins only, never Flex ops),
+``export_onnx`` (tf2onnx, checked with ``onnx.checker``) and ``export_saved_model`` (the float
+model with a ``serving_default`` signature) each return an :class:`ExportResult`. A conversion
+that cannot succeed because of an op raises :class:`ExportError` (a ``UserError``) that names
+the op and the node. Files are written atomically: a temporary file, then ``os.replace``.
+TensorFlow and tf2onnx are imported only inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rewriter.errors import UserError
+
+
+@dataclass
+class ExportResult:
+    """What an exporter wrote: the file, its ops, and what the user should know about it."""
+
+    path: str
+    format: str  # "tflite" | "onnx" | "saved_model"
+    quantize: str  # "none" | "int8" | "float16"
+    size: int  # bytes
+    ops: list[str] = field(default_factory=list)  # operator names in execution order
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    route: str = ""  # how the converter was driven, for the report
+    opset: int | None = None
+    float_ops: list[str] = field(default_factory=list)  # int8 files: ops left in float
+    io: list[dict[str, Any]] = field(default_factory=list)  # tflite: name/dtype/shape/scale/zp
+
+    def op_histogram(self) -> dict[str, int]:
+        return dict(sorted(Counter(self.ops).items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "format": self.format, "quantize": self.quantize,
+                "size": self.size, "ops": self.op_histogram(), "warnings": list(self.warnings),
+                "seconds": round(self.seconds, 3), "route": self.route, "opset": self.opset,
+                "float_ops": list(self.float_ops), "io": list(self.io)}
+
+
+class ExportError(UserError):
+    """An export failed; ``ops``/``nodes`` name the unsupported ops and the nodes holding them."""
+
+    def __init__(self, message: str, *, format: str, ops: list[str] | None = None,
+                 nodes: list[str] | None = None, detail: str = "") -> None:
+        super().__init__(message)
+        self.format = format
+        self.ops = list(ops or [])
+        self.nodes = list(nodes or [])
+        self.detail = detail
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": self.format, "message": str(self), "ops": self.ops,
+                "nodes": self.nodes, "detail": self.detail[-4000:]}
+
+
+def write_atomic(path: str | os.PathLike, data: bytes) -> str:
+    """Write ``data`` to ``path`` through a temporary file in the same directory."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return str(target)
+
+
+def replace_dir(tmp_dir: str | os.PathLike, target: str | os.PathLike) -> str:
+    """Move a finished directory into place, replacing an older one at ``target``."""
+    target = Path(target)
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}.old.{os.getpid()}")
+        os.replace(target, old)
+    os.replace(tmp_dir, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return str(target)
+
+
+def __getattr__(name: str) -> Any:
+    """Lazy access to the exporters, so ``import rewriter.export`` stays light."""
+    if name == "export_tflite":
+        from rewriter.export.tflite import export_tflite
+
+        return export_tflite
+    if name == "export_onnx":
+        from rewriter.export.onnx import export_onnx
+
+        return export_onnx
+    if name == "export_saved_model":
+        from rewriter.export.saved_model import export_saved_model
+
+        return export_saved_model
+    raise AttributeError(name)
+
+
+__all__ = ["ExportError", "ExportResult", "export_onnx", "export_saved_model", "export_tflite",
+           "replace_dir", "write_atomic"]

@@ -1,0 +1,80 @@
+"""The rewritten float model as a SavedModel, and the named serving function behind it.
+
+:func:`serving_function` wraps ``Model.concrete_function()`` (a pruned ``wrap_function`` over the
+frozen graph) in a ``tf.function`` whose arguments are named after the model's input
+``TensorSpec`` names and which returns a dict keyed by the output names. The SavedModel export
+and the TFLite converter both use it, so the ``serving_default`` signature of the SavedModel and
+the signature inside the ``.tflite`` carry the same names as the :class:`Model`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rewriter.export import ExportResult, replace_dir
+from rewriter.model import Model
+
+_VALID_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$")
+
+
+def signature_names(names: list[str], prefix: str) -> list[str]:
+    """Names usable as signature keys: the given ones when valid and unique, else ``prefix_i``."""
+    ok = all(_VALID_NAME.match(n) for n in names) and len(set(names)) == len(names)
+    return list(names) if ok else [f"{prefix}_{i}" for i in range(len(names))]
+
+
+def serving_function(model: Model) -> tuple[Any, Any]:
+    """``(module, concrete_function)``: a named-signature serving function over the graph.
+
+    The module holds the ``tf.function`` (the TFLite converter and ``tf.saved_model.save`` need
+    a trackable object); the concrete function takes the inputs positionally, in model order.
+    """
+    import tensorflow as tf
+
+    pruned = model.concrete_function()
+    in_names = signature_names([i.name for i in model.inputs], "input")
+    out_names = signature_names([o.name for o in model.outputs], "output")
+    specs = [tf.TensorSpec([1 if d is None else d for d in i.shape], tf.as_dtype(i.dtype),
+                           name=n) for i, n in zip(model.inputs, in_names, strict=True)]
+
+    @tf.function(input_signature=specs, autograph=False)
+    def serve(*args: Any) -> dict[str, Any]:
+        outs = pruned(*args)
+        if not isinstance(outs, (list, tuple)):
+            outs = [outs]
+        return {n: tf.identity(t, name=n) for n, t in zip(out_names, outs, strict=True)}
+
+    module = tf.Module()
+    module.serve = serve
+    return module, serve.get_concrete_function()
+
+
+def export_saved_model(model: Model, directory: str | os.PathLike) -> ExportResult:
+    """Write the model as a SavedModel with a ``serving_default`` signature, atomically."""
+    import tensorflow as tf
+
+    start = time.perf_counter()
+    target = Path(directory)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    module, fn = serving_function(model)
+    tmp = tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        tf.saved_model.save(module, tmp, signatures={"serving_default": fn})
+        replace_dir(tmp, target)
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    size = sum(f.stat().st_size for f in target.rglob("*") if f.is_file())
+    warnings = []
+    if signature_names([i.name for i in model.inputs], "input") != [i.name for i in model.inputs]:
+        warnings.append("input names are not valid signature keys; signature uses input_<i>")
+    return ExportResult(path=str(target), format="saved_model", quantize="none", size=size,
+                        ops=[], warnings=warnings, seconds=time.perf_counter() - start,
+                        route="tf.saved_model.save(tf.function over Model.concrete_function())")

@@ -1,0 +1,338 @@
+"""Rule application, the pass manager, and per-target planning.
+
+* :class:`RulePass` applies a list of rules in one linear sweep: it visits only nodes whose op is
+  an anchor of some rule, matches upward from each, and rewrites in place.
+* :class:`PassManager` runs passes in an explicit order until nothing changes (bounded
+  iterations), checks the graph after every pass (inputs resolve, no cycle, signature tensors
+  still exist) and raises :class:`~rewriter.errors.RuleError` naming the failing pass and rule.
+* :func:`plan` asks the target which op types it lacks and picks, for each, the best rule whose
+  ``emits`` the target has (exact rules first; approximate ones only when no exact fits, and never
+  with ``exact_only``). Ops that no rule can fix are reported in ``Plan.unfixable``.
+* :func:`apply` runs a plan and returns a :class:`RewriteResult` with provenance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from rewriter.errors import RuleError
+from rewriter.graph import GraphIndex, parse_input
+from rewriter.model import PLUMBING_OPS, Model
+from rewriter.rules import all_rules, get_rule, rule_for_op, rules_for_op
+from rewriter.rules.base import Applied, Match, Reject, Rule
+
+__all__ = ["PassManager", "Plan", "RewriteResult", "RulePass", "apply", "apply_rules", "plan",
+           "rule_for_op", "rules_for_op", "supports_tf_op", "validate_graph"]
+
+DEFAULT_MAX_ITERATIONS = 8
+
+
+# ----------------------------------------------------------------------------- results
+@dataclass
+class PassResult:
+    """What one run of a pass did."""
+
+    name: str
+    applied: list[Applied] = field(default_factory=list)
+    rejected: list[Reject] = field(default_factory=list)
+
+    @property
+    def modified(self) -> bool:
+        return bool(self.applied)
+
+
+@dataclass
+class RewriteResult:
+    """The rewritten model and what happened: ``applied`` is ``[{rule, root, nodes, created,
+    exact, bound}]``; ``rejected`` is ``[{rule, node, reason}]`` (matches a rule refused)."""
+
+    model: Model
+    applied: list[dict[str, Any]]
+    rejected: list[dict[str, str]]
+    iterations: int
+    passes: list[str]
+
+    def rule_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for a in self.applied:
+            counts[a["rule"]] = counts.get(a["rule"], 0) + 1
+        return counts
+
+
+# ----------------------------------------------------------------------------- passes
+class Pass(Protocol):
+    """Anything with a ``name`` and ``run(g, protected) -> PassResult``."""
+
+    name: str
+
+    def run(self, g: GraphIndex, protected: set[str]) -> PassResult: ...
+
+
+class RulePass:
+    """Apply ``rules`` in one sweep over the graph; the first rule that matches a node wins."""
+
+    def __init__(self, rules: Sequence[Rule], name: str | None = None) -> None:
+        self.rules = list(rules)
+        self.name = name or "+".join(r.name for r in self.rules)
+        self._by_op: dict[str, list[Rule]] = {}
+        for rule in self.rules:
+            for op in rule.anchors:
+                self._by_op.setdefault(op, []).append(rule)
+
+    def run(self, g: GraphIndex, protected: set[str]) -> PassResult:
+        result = PassResult(self.name)
+        candidates = [n.name for n in g if n.op in self._by_op]
+        for name in candidates:
+            node = g.nodes.get(name)
+            if node is None:
+                continue
+            for rule in self._by_op.get(node.op, ()):
+                m = rule.match(g, node)
+                if isinstance(m, Reject):
+                    result.rejected.append(m)
+                elif isinstance(m, Match):
+                    result.applied.append(_apply_one(g, rule, m, protected, self.name))
+                    break
+        return result
+
+
+def _apply_one(g: GraphIndex, rule: Rule, m: Match, protected: set[str],
+               pass_name: str) -> Applied:
+    try:
+        applied = rule.apply(g, m, protected)
+    except Exception as exc:  # a rule bug: name it
+        raise RuleError(f"pass {pass_name}: rule {rule.name} failed on node {m.root.name}: "
+                        f"{type(exc).__name__}: {exc}") from exc
+    for name in applied.created:
+        for ref in g[name].input if name in g else ():
+            if parse_input(ref)[0] not in g:
+                raise RuleError(f"pass {pass_name}: rule {rule.name} at {m.root.name} created "
+                                f"{name} reading missing tensor {ref}")
+    return applied
+
+
+def validate_graph(g: GraphIndex, model: Model, import_with_tf: bool = False) -> str | None:
+    """Why the graph is invalid (dangling input, cycle, missing signature tensor), or None."""
+    for node in g:
+        for ref in node.input:
+            if parse_input(ref)[0] not in g:
+                return f"node {node.name} reads missing tensor {ref}"
+    try:
+        g.topological_order()
+    except ValueError as exc:
+        return str(exc)
+    for spec in list(model.inputs) + list(model.outputs):
+        if spec.node not in g:
+            return f"signature tensor {spec.tensor} ({spec.name}) no longer exists"
+    if import_with_tf:
+        return _tf_import_error(g)
+    return None
+
+
+def _tf_import_error(g: GraphIndex) -> str | None:
+    import tensorflow as tf
+
+    try:
+        with tf.Graph().as_default():
+            tf.compat.v1.import_graph_def(g.to_graph_def(), name="")
+    except Exception as exc:  # TF raises ValueError / InvalidArgumentError variants
+        return f"TensorFlow cannot import the graph: {str(exc).splitlines()[0]}"
+    return None
+
+
+class PassManager:
+    """Run passes in order until none changes the graph, validating after each pass."""
+
+    def __init__(self, passes: Sequence[Pass], max_iterations: int = DEFAULT_MAX_ITERATIONS,
+                 import_with_tf: bool = False) -> None:
+        self.passes = list(passes)
+        self.max_iterations = max_iterations
+        self.import_with_tf = import_with_tf
+
+    def run(self, model: Model) -> RewriteResult:
+        g = GraphIndex(model.graph_def)
+        protected = {s.node for s in list(model.inputs) + list(model.outputs)}
+        applied: list[Applied] = []
+        rejected: dict[tuple[str, str], Reject] = {}
+        done: list[str] = []
+        iteration, changed = 0, False
+        while iteration < self.max_iterations:
+            iteration += 1
+            changed = False
+            for p in self.passes:
+                res = p.run(g, protected)
+                if res.modified:  # an unchanged graph was valid already
+                    self._validate(g, model, p, res, done)
+                done.append(p.name)
+                applied.extend(res.applied)
+                rejected.update({(r.rule, r.node): r for r in res.rejected})
+                changed = changed or res.modified
+            if not changed:
+                break
+        if changed:
+            raise RuleError(f"passes still changing the graph after {self.max_iterations} "
+                            f"iterations: {', '.join(p.name for p in self.passes)}")
+        new_model = model.with_graph(g.to_graph_def(), note=_note(applied))
+        replaced = {n for a in applied for n in a.matched}
+        still = [r.to_json() for r in rejected.values()
+                 if r.node in g and r.node not in replaced]
+        return RewriteResult(new_model, [a.to_json() for a in applied], still, iteration,
+                             [p.name for p in self.passes])
+
+    def _validate(self, g: GraphIndex, model: Model, p: Pass, res: PassResult,
+                  done: list[str]) -> None:
+        err = validate_graph(g, model, self.import_with_tf)
+        if err is None:
+            return
+        rules = sorted({a.rule for a in res.applied}) or ["(no rule applied)"]
+        before = ", ".join(done[-5:]) or "none"
+        raise RuleError(f"pass {p.name} left an invalid graph ({err}); rules applied in it: "
+                        f"{', '.join(rules)}; passes before it: {before}")
+
+
+def _note(applied: list[Applied]) -> str | None:
+    if not applied:
+        return None
+    counts: dict[str, int] = {}
+    for a in applied:
+        counts[a.rule] = counts.get(a.rule, 0) + 1
+    return "rewritten: " + ", ".join(f"{k} x{v}" for k, v in sorted(counts.items()))
+
+
+def apply_rules(model: Model, rules: Iterable[Rule | str], one_pass_each: bool = True,
+                max_iterations: int = DEFAULT_MAX_ITERATIONS,
+                import_with_tf: bool = False) -> RewriteResult:
+    """Apply ``rules`` (objects or names) to ``model``, one pass per rule in the given order."""
+    objs = [get_rule(r) if isinstance(r, str) else r for r in rules]
+    passes = [RulePass([r]) for r in objs] if one_pass_each else [RulePass(objs)]
+    return PassManager(passes, max_iterations, import_with_tf).run(model)
+
+
+# ----------------------------------------------------------------------------- planning
+class TargetLike(Protocol):
+    """What the planner needs from a target (``rewriter.targets.Target`` satisfies it)."""
+
+    name: str
+
+    def tf_op_status(self, op: str, quantize: str) -> Any: ...
+
+
+def op_status(target: Any, op: str, quantize: str) -> tuple[bool, str | None]:
+    """(supported, reason) for TF op type ``op``: the one adapter between planner and target."""
+    if hasattr(target, "tf_op_status"):
+        st = target.tf_op_status(op, quantize)
+        return bool(st.supported), getattr(st, "reason", None)
+    ok = bool(target.supports_tf_op(op, quantize))
+    return ok, None if ok else f"{op} is not supported"
+
+
+def supports_tf_op(target: Any, op: str, quantize: str) -> bool:
+    return op_status(target, op, quantize)[0]
+
+
+@dataclass
+class Plan:
+    """Which rules to run, in order, and what stays unfixable.
+
+    ``fixes``: ``[{op, count, reason, rule, exact, bound}]``; ``unfixable``: ``[{op, count,
+    reason, why}]`` (never dropped: ``why`` says whether no rule exists, a rule emits ops the
+    target also lacks, or only approximate rules exist and ``exact_only`` refused them).
+    """
+
+    target: str
+    quantize: str
+    exact_only: bool
+    rules: list[str]
+    fixes: list[dict[str, Any]]
+    unfixable: list[dict[str, Any]]
+
+    @property
+    def empty(self) -> bool:
+        return not self.rules
+
+    def to_json(self) -> dict[str, Any]:
+        return {"target": self.target, "quantize": self.quantize, "exact_only": self.exact_only,
+                "rules": list(self.rules), "fixes": self.fixes, "unfixable": self.unfixable}
+
+
+def plan(model: Model, target: Any, quantize: str, exact_only: bool = False) -> Plan:
+    """Pick, for each op type the target lacks, the best rule the target can run.
+
+    What the target lacks comes from ``target.check_graph`` when it has one (node level, so
+    attribute limits such as Vela's depth-reduction MEAN count), else from ``tf_op_status`` per
+    op type. Whether a rule's ``emits`` are runnable is asked per op type.
+    """
+    lacking = _unsupported(model, target, quantize)
+    cache: dict[str, tuple[bool, str | None]] = {}
+    fixes, unfixable, chosen = [], [], []
+    for op, (count, reason) in lacking.items():
+        rule, why = _choose(op, target, quantize, exact_only, cache)
+        if rule is None:
+            unfixable.append({"op": op, "count": count, "reason": reason, "why": why})
+            continue
+        fixes.append({"op": op, "count": count, "reason": reason, "rule": rule.name,
+                      "exact": rule.exact, "bound": rule.bound.to_json() if rule.bound else None})
+        if rule.name not in chosen:
+            chosen.append(rule.name)
+    ordered = sorted((r for r in all_rules() if r.name in chosen),
+                     key=lambda r: (r.order, r.sort_key()))
+    return Plan(getattr(target, "name", str(target)), quantize, exact_only,
+                [r.name for r in ordered], fixes, unfixable)
+
+
+def _unsupported(model: Model, target: Any, quantize: str) -> dict[str, tuple[int, str | None]]:
+    """{TF op type: (unsupported node count, first reason)} in graph order."""
+    out: dict[str, tuple[int, str | None]] = {}
+    if hasattr(target, "check_graph"):
+        for v in target.check_graph(model, quantize).verdicts:
+            if not v.supported and v.op not in PLUMBING_OPS:
+                count, reason = out.get(v.op, (0, v.reason))
+                out[v.op] = (count + 1, reason)
+        return out
+    for op, count in _op_histogram(model).items():
+        ok, reason = op_status(target, op, quantize)
+        if not ok:
+            out[op] = (count, reason)
+    return out
+
+
+def _op_histogram(model: Model) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for node in model.graph_def.node:
+        if node.op not in PLUMBING_OPS:
+            counts[node.op] = counts.get(node.op, 0) + 1
+    return counts
+
+
+def _choose(op: str, target: Any, quantize: str, exact_only: bool,
+            cache: dict[str, tuple[bool, str | None]]) -> tuple[Rule | None, str]:
+    candidates = rules_for_op(op)
+    if not candidates:
+        return None, "no rule removes this op"
+    missing: list[str] = []
+    for rule in candidates:
+        lacking = sorted(e for e in rule.emits if not _cached(cache, target, e, quantize))
+        if lacking:
+            missing.append(f"{rule.name} emits {', '.join(lacking)}")
+            continue
+        if exact_only and not rule.exact:
+            missing.append(f"{rule.name} is approximate (max abs error "
+                           f"{rule.bound.max_abs_error if rule.bound else '?'}) and "
+                           "--exact-only refuses it")
+            continue
+        return rule, ""
+    return None, "; ".join(missing)
+
+
+def _cached(cache: dict[str, tuple[bool, str | None]], target: Any, op: str,
+            quantize: str) -> bool:
+    if op not in cache:
+        cache[op] = op_status(target, op, quantize)
+    return cache[op][0]
+
+
+def apply(model: Model, the_plan: Plan, import_with_tf: bool = False) -> RewriteResult:
+    """Run the plan's rules, one pass each in plan order, to a fixed point."""
+    return apply_rules(model, the_plan.rules, import_with_tf=import_with_tf)

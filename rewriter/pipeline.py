@@ -1,0 +1,332 @@
+"""The whole job, as a library: load -> plan -> rewrite -> verify -> export -> check -> report.
+
+:func:`run_job` takes a loaded :class:`~rewriter.model.Model` and a target and returns a
+:class:`JobResult` whose ``report`` is what ``report.json`` holds. It never prints; ``progress``
+is a context-manager factory (the CLI passes ``ui.step``). One direction, no back and forth,
+except one retry: when the exported artifact still holds an op that a rule was meant to remove
+(the converter re-fused it, or left it in float), the next rule for that op is tried and the
+report says so.
+
+Tolerances (the ``equivalence`` section states the ones used):
+
+* rewritten TF graph vs original, all rules exact: |d| <= 1e-5 * max|ref| + 1e-5 * |ref|;
+* with approximate rules: |d| <= (1e-5 + sum of the applied rules' bounds) * max(1, max|ref|)
+  per element, and cosine >= 0.999 (an op-level bound grows through the layers after it, so
+  the element bound alone would not be honest);
+* float artifact vs original: 1e-4 relative to the output's scale; float16: 1e-2;
+* int8 artifact vs original float model: cosine >= 0.99 (quantisation error is not a bug).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rewriter.errors import UserError
+from rewriter.model import Model
+
+INT8_MIN_COSINE = 0.99
+FLOAT_ARTIFACT_RTOL = 1e-4
+FLOAT16_ARTIFACT_RTOL = 1e-2
+APPROX_MIN_COSINE = 0.999
+
+
+@dataclass
+class JobOptions:
+    """What the user asked for beyond model and target."""
+
+    quantize: str | None = None  # None: the target's default
+    opset: int | None = None
+    exact_only: bool = False
+    calibration: str | None = None  # .npy/.npz/image dir for int8 calibration
+    inputs: str | None = None  # .npy/.npz/image dir for verification (default: calibration)
+    samples: int = 8  # verification samples
+    calibration_samples: int = 32
+    int8_io: bool | None = None  # None: int8 I/O when the target is an int8 accelerator
+    run_vela: bool = True
+
+
+@dataclass
+class JobResult:
+    report: dict[str, Any]
+    exit_code: int
+    files: dict[str, str] = field(default_factory=dict)
+
+
+def _no_progress(_: str) -> contextlib.AbstractContextManager[None]:
+    return contextlib.nullcontext()
+
+
+def run_job(model: Model, target: Any, outdir: Path, options: JobOptions | None = None,
+            progress: Callable[[str], contextlib.AbstractContextManager[None]] = _no_progress,
+            ) -> JobResult:
+    """Run the whole job for ``model`` on ``target``, writing artifacts into ``outdir``."""
+    from rewriter import passes
+    from rewriter.report import write_reports
+
+    opts = options or JobOptions()
+    quantize = target.resolve_quantize(opts.quantize)
+    timings: dict[str, float] = {}
+    warnings: list[str] = []
+    report: dict[str, Any] = {
+        "ok": False, "target": target.name, "input": model.source.path,
+        "format": model.source.format, "quantize": quantize,
+        "artifact_format": target.artifact, "signature": model.signature_json(),
+        "notes": list(model.source.notes), "warnings": warnings, "timings": timings,
+    }
+
+    with _timed(timings, "check_before"), progress("checking the model against the op table"):
+        before = target.check_graph(model, quantize)
+    report["placement_before"] = _placement(before)
+    with _timed(timings, "plan"):
+        the_plan = passes.plan(model, target, quantize, exact_only=opts.exact_only)
+    report["plan"] = the_plan.to_json()
+    planned = {f["op"]: f["rule"] for f in the_plan.fixes}
+    report["unsupported_before"] = _with_fixes(before.unsupported_summary(), planned)
+    with _timed(timings, "rewrite"), progress("rewriting"):
+        result = passes.apply(model, the_plan)
+    rewritten = result.model
+    report["rules_applied"] = _rules_summary(result.applied)
+    report["rejected_matches"] = result.rejected[:50]
+    with _timed(timings, "check_rewritten"):
+        after_graph = target.check_graph(rewritten, quantize)
+    report["unsupported_rewritten_graph"] = _with_fixes(after_graph.unsupported_summary())
+
+    samples, calibration = _data(model, opts, quantize, warnings)
+    with _timed(timings, "verify_tf"), progress("verifying the rewritten graph in TF"):
+        reference = _run_all(model, samples)
+        rewritten_out = _run_all(rewritten, samples)
+        tf_cmp = _compare_rewritten(reference, rewritten_out, result.applied, len(samples))
+    equivalence: dict[str, Any] = {"rewritten_tf": tf_cmp.to_json()}
+    report["equivalence"] = equivalence
+
+    files: dict[str, str] = {}
+    with _timed(timings, "saved_model"), progress("writing the rewritten SavedModel"):
+        from rewriter.export.saved_model import export_saved_model
+
+        files["saved_model"] = export_saved_model(rewritten, outdir / "saved_model").path
+
+    artifact_ok, export = _export(rewritten, target, quantize, calibration, opts, outdir,
+                                  report, timings, progress)
+    art_cmp = None
+    if export is not None:
+        files["artifact"] = export.path
+        warnings.extend(export.warnings)
+        with _timed(timings, "verify_artifact"), progress("running the artifact"):
+            art_cmp = _verify_artifact(export.path, target.artifact, quantize, model, samples,
+                                       reference)
+        equivalence["artifact"] = art_cmp.to_json()
+        equivalence["artifact"]["runtime"] = ("LiteRT" if target.artifact == "tflite"
+                                              else "ONNX Runtime")
+
+    ok = bool(artifact_ok and tf_cmp.ok and art_cmp is not None and art_cmp.ok)
+    report["ok"] = ok
+    report["summary"] = _summary(report, tf_cmp, art_cmp)
+    files.update({p.name: str(p) for p in write_reports(outdir, report)})
+    return JobResult(report, 0 if ok else 1, files)
+
+
+# ------------------------------------------------------------------------------- steps
+@contextlib.contextmanager
+def _timed(timings: dict[str, float], key: str) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[key] = round(time.perf_counter() - start, 3)
+
+
+def _with_fixes(items: list[dict[str, Any]],
+                planned: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Unsupported-op groups with ``fix``: the rule the plan chose for the op on this target
+    (``planned``, keyed by TF op), else the best exact rule for it, else None."""
+    from rewriter.passes import rule_for_op
+
+    planned = planned or {}
+    out = []
+    for item in items:
+        item = {k: v for k, v in item.items() if k != "nodes"} | {
+            "nodes": item.get("nodes", [])[:20]}
+        if item.get("fix") is None:
+            item["fix"] = planned.get(item["op"]) or rule_for_op(item["op"])
+        out.append(item)
+    return out
+
+
+def _placement(check: Any) -> dict[str, Any]:
+    mapped, total = check.on_accelerator()
+    return {"ops_total": total, "ops_on_accelerator": mapped,
+            "percent_on_accelerator": round(100.0 * mapped / total, 1) if total else 100.0,
+            "cut": check.cut}
+
+
+def _rules_summary(applied: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per rule: matches, nodes replaced/created, and its exactness statement."""
+    by_rule: dict[str, dict[str, Any]] = {}
+    for a in applied:
+        entry = by_rule.setdefault(a["rule"], {
+            "rule": a["rule"], "count": 0, "exact": a["exact"], "bound": a["bound"],
+            "exactness": "exact" if a["exact"] else _bound_text(a["bound"]),
+            "roots": [], "nodes": [], "created": []})
+        entry["count"] += 1
+        entry["roots"].append(a["root"])
+        entry["nodes"].extend(a["nodes"])
+        entry["created"].extend(a["created"])
+    return list(by_rule.values())
+
+
+def _bound_text(bound: dict[str, Any] | None) -> str:
+    if not bound:
+        return "approximate"
+    rng = bound.get("input_range")
+    where = "for all x" if not rng or None in rng else f"for x in [{rng[0]:g}, {rng[1]:g}]"
+    return f"max abs error {bound['max_abs_error']:.2g} {where}"
+
+
+def _data(model: Model, opts: JobOptions, quantize: str,
+          warnings: list[str]) -> tuple[list[dict[str, np.ndarray]],
+                                        list[dict[str, np.ndarray]] | None]:
+    from rewriter.verify.data import load_inputs, synthetic_inputs
+
+    calibration = None
+    if opts.calibration:
+        calibration = load_inputs(opts.calibration, model.inputs, opts.calibration_samples)
+    if opts.inputs:
+        samples = load_inputs(opts.inputs, model.inputs, opts.samples)
+    elif calibration:
+        samples = calibration[: opts.samples]
+    else:
+        samples = synthetic_inputs(model.inputs, opts.samples, seed=0)
+        warnings.append(f"verified on {len(samples)} synthetic inputs (seeded, uniform); give "
+                        "--inputs or --calibration with real data to measure on it")
+    if quantize == "int8" and calibration is None:
+        calibration = synthetic_inputs(model.inputs, opts.calibration_samples, seed=1)
+        warnings.append("int8 calibrated on synthetic inputs: accuracy on real data is "
+                        "unmeasured; give --calibration (.npy, .npz or an image directory)")
+    return samples, calibration
+
+
+def _run_all(model: Model, samples: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    from rewriter.verify.metrics import stack_samples
+
+    return stack_samples([model.run(s) for s in samples])
+
+
+def _compare_rewritten(ref: dict[str, np.ndarray], test: dict[str, np.ndarray],
+                       applied: list[dict[str, Any]], n: int) -> Any:
+    from rewriter.verify.metrics import compare
+
+    approx = [a["bound"]["max_abs_error"] for a in applied if not a["exact"] and a["bound"]]
+    if not approx:
+        cmp = compare(ref, test, samples=n)
+        cmp.notes.append("all applied rules are exact: tolerance 1e-5 relative")
+        return cmp
+    budget = 1e-5 + float(sum(approx))
+    atol = {k: budget * max(1.0, float(np.max(np.abs(v)))) for k, v in ref.items()}
+    cmp = compare(ref, test, atol=atol, rtol=0.0, min_cosine=APPROX_MIN_COSINE, samples=n)
+    cmp.notes.append(f"approximate rules applied ({len(approx)} matches): tolerance is the sum "
+                     f"of their bounds ({budget:.3g}) times max(1, max|ref|), cosine >= "
+                     f"{APPROX_MIN_COSINE}")
+    return cmp
+
+
+def _export(model: Model, target: Any, quantize: str, calibration: Any, opts: JobOptions,
+            outdir: Path, report: dict[str, Any], timings: dict[str, float],
+            progress: Callable[[str], Any]) -> tuple[bool, Any]:
+    """Export, then check the artifact (op table, Vela). Returns (artifact ok, ExportResult)."""
+    from rewriter.export import ExportError
+
+    path = outdir / f"model.{target.artifact}"
+    try:
+        with _timed(timings, "export"), progress(f"exporting {path.name} ({quantize})"):
+            if target.artifact == "onnx":
+                from rewriter.export.onnx import export_onnx
+
+                export = export_onnx(model, path, opset=target.opset)
+            else:
+                from rewriter.export.tflite import export_tflite
+
+                int8_io = opts.int8_io if opts.int8_io is not None else _wants_int8_io(target)
+                export = export_tflite(model, path, quantize=quantize, calibration=calibration,
+                                       int8_io=int8_io and quantize == "int8")
+    except ExportError as exc:
+        report["export"] = {"ok": False, **exc.to_json()}
+        report["unsupported_after"] = [{"op": op, "count": 1, "reason": str(exc), "fix": None}
+                                       for op in (exc.ops or ["?"])]
+        report["artifact_ops"] = []
+        return False, None
+    report["export"] = {"ok": True, **export.to_json()}
+    report["artifact_ops"] = list(export.ops)
+    with _timed(timings, "check_artifact"), progress("checking the artifact against the table"):
+        check = target.check_artifact(export.path)
+    if getattr(target, "vela_config", None) and opts.run_vela:
+        from rewriter.vela import reconcile, run_vela
+
+        with _timed(timings, "vela"), progress(f"compiling with Vela ({target.vela_config})"):
+            vela = run_vela(export.path, target.vela_config, outdir)
+        report["vela"] = vela.to_json()
+        report["vela"]["disagreements_with_table"] = reconcile(check, vela)
+        if vela.output_tflite:
+            report["vela"]["output_tflite"] = vela.output_tflite
+    report["unsupported_after"] = _with_fixes(check.unsupported_summary())
+    report["placement_after"] = _placement(check)
+    return bool(check.ok), export
+
+
+def _wants_int8_io(target: Any) -> bool:
+    """Int8 accelerators (Edge TPU, Ethos-U) get int8 input/output: float I/O would add a
+    QUANTIZE and a DEQUANTIZE that run on the CPU."""
+    return getattr(target, "default_quantize", "none") == "int8"
+
+
+def _verify_artifact(path: str, kind: str, quantize: str, model: Model,
+                     samples: list[dict[str, np.ndarray]], reference: dict[str, np.ndarray]
+                     ) -> Any:
+    from rewriter.verify.metrics import compare, stack_samples
+    from rewriter.verify.runners import run_onnx, run_tflite
+
+    names = [o.name for o in model.outputs]
+    runner = run_onnx if kind == "onnx" else run_tflite
+    try:
+        outs = stack_samples([runner(path, s, names) for s in samples])
+    except UserError as exc:
+        raise UserError(f"the exported artifact does not run: {exc}") from None
+    scale = {k: float(np.max(np.abs(v))) for k, v in reference.items()}
+    if quantize == "int8":
+        cmp = compare(reference, outs, atol=float("inf"), rtol=0.0, min_cosine=INT8_MIN_COSINE,
+                      samples=len(samples))
+        cmp.notes.append(f"int8 artifact vs float original: pass is cosine >= {INT8_MIN_COSINE}")
+        return cmp
+    rtol = FLOAT16_ARTIFACT_RTOL if quantize == "float16" else FLOAT_ARTIFACT_RTOL
+    cmp = compare(reference, outs, atol={k: rtol * s for k, s in scale.items()}, rtol=rtol,
+                  samples=len(samples))
+    cmp.notes.append(f"{quantize} artifact vs original: tolerance {rtol:g} relative to the "
+                     "output's scale")
+    return cmp
+
+
+def _summary(report: dict[str, Any], tf_cmp: Any, art_cmp: Any) -> str:
+    parts = []
+    before = report.get("unsupported_before") or []
+    after = report.get("unsupported_after")
+    parts.append(f"{sum(u['count'] for u in before)} unsupported op(s) before rewriting"
+                 f" ({', '.join(sorted({u['op'] for u in before})) or 'none'})")
+    n_rules = sum(r["count"] for r in report.get("rules_applied", []))
+    parts.append(f"{n_rules} rewrite(s) applied")
+    if after is not None:
+        parts.append(f"{sum(u['count'] for u in after)} unsupported op(s) in the artifact")
+    if "vela" in report:
+        v = report["vela"]
+        parts.append(f"Vela: {v['npu_ops']} NPU / {v['cpu_ops']} CPU operators")
+    parts.append(f"rewritten TF graph {'matches' if tf_cmp.ok else 'DOES NOT match'}")
+    if art_cmp is not None:
+        worst = min((o.cosine for o in art_cmp.outputs), default=1.0)
+        parts.append(f"artifact {'matches' if art_cmp.ok else 'DOES NOT match'} "
+                     f"(min cosine {worst:.5f})")
+    return "; ".join(parts) + "."

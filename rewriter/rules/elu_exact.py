@@ -1,0 +1,49 @@
+"""ELU as ``relu(x) + (exp(min(x, 0)) - 1)``: exact, for targets that have Exp but not ELU.
+
+For x > 0 the second term is exp(0) - 1 = 0, and for x <= 0 relu(x) = 0, so the sum is ELU with
+alpha = 1 (TF's ``Elu`` op has no alpha; Keras wraps other alphas around it in a Select).
+
+The int8-friendly form: ``min(x, 0)`` is computed as ``x - relu(x)`` (exact in float: x - x = 0
+for x > 0). A ``Minimum(x, 0)`` would make the TFLite quantizer give x the output range of the
+Minimum ([lo, 0]: MINIMUM needs equal input/output scales), clipping the positive half that
+``relu(x)`` reads: measured, an int8 conv+ELU then had relative error 1.0. With Sub every op
+quantizes (QUANTIZE, CONV_2D, RELU, SUB, EXP, ADD, ADD all int8), whereas ELU itself stays float
+(DEQUANTIZE -> ELU) in full-int8 conversion.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rewriter.graph import GraphIndex, NodeDef
+from rewriter.rules.base import Builder, Match, Reject, Rule, dtype_of
+
+
+class EluExact(Rule):
+    """ELU(x) = relu(x) + (exp(x - relu(x)) - 1), exact."""
+
+    name = "elu_exact"
+    anchors = frozenset({"Elu"})
+    fixes = frozenset({"Elu"})
+    emits = frozenset({"Relu", "Sub", "Exp", "AddV2"})
+    exact = True
+
+    def pattern(self, g: GraphIndex, node: NodeDef) -> Match | None:
+        return Match(root=node, nodes=[node], inputs={"x": node.input[0]})
+
+    def check(self, g: GraphIndex, m: Match) -> Reject | None:
+        dt = dtype_of(m.root)
+        if dt not in (np.dtype(np.float32), np.dtype(np.float16)):
+            return Reject(f"dtype {dt} is not float32/float16", m.root.name)
+        return None
+
+    def rewrite(self, g: GraphIndex, m: Match, b: Builder) -> str:
+        x = m.inputs["x"]
+        pos = b.op("Relu", [x], "pos_part")
+        neg = b.op("Sub", [x, pos], "neg_part")  # = min(x, 0), see module docstring
+        exp = b.op("Exp", [neg], "exp")
+        em1 = b.op("AddV2", [exp, b.const("minus_one", -1.0)], "exp_minus_one")
+        return b.op("AddV2", [pos, em1], "out")
+
+
+RULES = (EluExact(),)

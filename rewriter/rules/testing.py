@@ -1,0 +1,157 @@
+"""Helpers for rule tests: tiny frozen models, applying rules, op counts, numeric closeness.
+
+Imports TensorFlow lazily (only :func:`model_from_function` needs it). Used by
+``tests/rules/test_<rule>.py``; see ``tests/rules/test_elu_exact.py`` for the pattern.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from rewriter.model import PLUMBING_OPS, Model, Source, TensorSpec
+
+
+def model_from_function(fn: Callable[..., Any], shapes: Sequence[Sequence[int]],
+                        names: Sequence[str] | None = None, dtype: str = "float32") -> Model:
+    """Freeze ``fn`` (a Python function of TF tensors, may close over ``tf.Variable``s) for
+    inputs of ``shapes`` into a :class:`Model` with inputs ``x0, x1, ...`` (or ``names``)."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    names = list(names or [f"x{i}" for i in range(len(shapes))])
+    sig = [tf.TensorSpec(list(s), dtype, name=n) for s, n in zip(shapes, names, strict=True)]
+    concrete = tf.function(fn, input_signature=sig).get_concrete_function()
+    frozen = convert_variables_to_constants_v2(concrete)
+    gd = frozen.graph.as_graph_def()
+    ins = [TensorSpec(n, t.name, tuple(t.shape.as_list()), dtype)
+           for n, t in zip(names, frozen.inputs, strict=True)]
+    outs = [TensorSpec(f"output_{i}", t.name, tuple(t.shape.as_list()), t.dtype.name)
+            for i, t in enumerate(frozen.outputs)]
+    return Model(gd, ins, outs, Source("<test>", "memory"))
+
+
+def model_from_keras(model: Any) -> Model:
+    """Freeze a built Keras model (Keras 3 or tf_keras) into a :class:`Model`."""
+    shapes = [tuple(1 if d is None else d for d in t.shape) for t in model.inputs]
+    return model_from_function(lambda *xs: model(list(xs) if len(xs) > 1 else xs[0],
+                                                 training=False), shapes)
+
+
+def op_types(model: Model) -> Counter:
+    """Count of each non-plumbing op type in the model."""
+    return Counter(n.op for n in model.graph_def.node if n.op not in PLUMBING_OPS)
+
+
+def nodes_by_rule(model: Model, rule: str) -> list[str]:
+    """Names of nodes carrying provenance ``_rewriter_rule == rule``."""
+    return [n.name for n in model.graph_def.node
+            if "_rewriter_rule" in n.attr and n.attr["_rewriter_rule"].s.decode() == rule]
+
+
+def run_both(before: Model, after: Model, feeds: Mapping[str, np.ndarray]
+             ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    return before.run(feeds), after.run(feeds)
+
+
+def max_rel_error(got: np.ndarray, want: np.ndarray) -> float:
+    """max |got - want| / max |want| (relative to the output's scale, so zeros do not blow up)."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    scale = max(float(np.max(np.abs(want))), 1e-30)
+    return float(np.max(np.abs(got - want))) / scale
+
+
+def assert_close_rel(got: np.ndarray, want: np.ndarray, rtol: float = 1e-5) -> None:
+    """Elementwise ``|got - want| <= rtol * max(|want|, max|want|)``; shapes must agree."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"shape {got.shape} != {want.shape}"
+    scale = float(np.max(np.abs(want))) if want.size else 0.0
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * scale)
+
+
+def dense_line(lo: float, hi: float, n: int = 4096, shape: Iterable[int] | None = None
+               ) -> np.ndarray:
+    """``n`` evenly spaced float32 points in [lo, hi] (including 0 when inside), reshaped."""
+    pts = np.linspace(lo, hi, n, dtype=np.float64)
+    if lo < 0 < hi:
+        pts[np.argmin(np.abs(pts))] = 0.0
+    arr = pts.astype(np.float32)
+    return arr.reshape(tuple(shape)) if shape is not None else arr
+
+
+def int8_tflite(model: Model, low: float = -1.0, high: float = 1.0, samples: int = 30,
+                seed: int = 0) -> tuple[list[tuple[str, str]], float]:
+    """Convert ``model`` (one float input) to full-int8 TFLite with float I/O; return its
+    operators as (op name, output dtype) and the max error relative to the float model's output
+    scale on a random input in [low, high]."""
+    import tensorflow as tf
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    spec = model.inputs[0]
+    rng = np.random.default_rng(seed)
+
+    def rep():
+        for _ in range(samples):
+            yield [rng.uniform(low, high, spec.shape).astype("f4")]
+
+    conv = tf.lite.TFLiteConverter.from_concrete_functions([model.concrete_function()])
+    conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    conv.representative_dataset = rep
+    conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    interp = Interpreter(model_content=conv.convert(),
+                         experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    interp.allocate_tensors()
+    details = interp.get_tensor_details()
+    ops = [(d["op_name"], details[d["outputs"][0]]["dtype"].__name__)
+           for d in interp._get_ops_details()]
+    x = np.random.default_rng(seed + 1).uniform(low, high, spec.shape).astype("f4")
+    interp.set_tensor(interp.get_input_details()[0]["index"], x)
+    interp.invoke()
+    got = interp.get_tensor(interp.get_output_details()[0]["index"])
+    return ops, max_rel_error(got, model.run({spec.name: x})[model.outputs[0].name])
+
+
+def conv_bn_elu_chain(blocks: int, channels: int = 4, size: int = 8, seed: int = 0) -> Model:
+    """A ``GraphDef`` of ``blocks`` x (Conv2D -> FusedBatchNormV3 -> Elu), built directly as
+    protos (no TF tracing), 8 nodes per block: for scaling tests of matching and rewriting."""
+    from rewriter.graph import GraphDef, make_const, make_node
+
+    rng = np.random.default_rng(seed)
+    protos = {
+        "w": make_const("w", rng.normal(0, 0.3, (1, 1, channels, channels)).astype("f4")),
+        "gamma": make_const("gamma", rng.uniform(0.5, 1.5, channels).astype("f4")),
+        "beta": make_const("beta", rng.normal(0, 0.1, channels).astype("f4")),
+        "mean": make_const("mean", rng.normal(0, 0.1, channels).astype("f4")),
+        "var": make_const("var", rng.uniform(0.5, 1.5, channels).astype("f4")),
+    }
+    gd = GraphDef()
+    x = gd.node.add(name="input", op="Placeholder")
+    x.attr["dtype"].type = 1
+    for d in (1, size, size, channels):
+        x.attr["shape"].shape.dim.add(size=d)
+    prev = "input"
+    for i in range(blocks):
+        names = {}
+        for key, proto in protos.items():
+            node = gd.node.add()
+            node.CopyFrom(proto)
+            node.name = names[key] = f"b{i}/{key}"
+        gd.node.append(make_node("Conv2D", f"b{i}/conv", [prev, names["w"]],
+                                 {"strides": [1, 1, 1, 1], "padding": "SAME",
+                                  "data_format": "NHWC"}))
+        gd.node.append(make_node("FusedBatchNormV3", f"b{i}/bn",
+                                 [f"b{i}/conv", names["gamma"], names["beta"], names["mean"],
+                                  names["var"]],
+                                 {"epsilon": 1e-3, "is_training": False, "data_format": "NHWC",
+                                  "U": np.float32}))
+        gd.node.append(make_node("Elu", f"b{i}/elu", [f"b{i}/bn"]))
+        prev = f"b{i}/elu"
+    shape = (1, size, size, channels)
+    return Model(gd, [TensorSpec("input", "input:0", shape, "float32")],
+                 [TensorSpec("output", f"{prev}:0", shape, "float32")],
+                 Source("<chain>", "memory"))

@@ -1,0 +1,213 @@
+"""Run Arm's Vela compiler on a ``.tflite`` and parse where it placed each op.
+
+Vela is run in a subprocess (``python -m ethosu.vela``) with ``--accelerator-config``; its
+stdout gives ``CPU operators = N (x%)`` / ``NPU operators = N (x%)`` and, per op left on the CPU,
+``Warning (supported operators) operator: OP, ofm: 'name'`` followed by ``Reason: ...`` lines.
+The summary CSV it writes gives the performance estimate (``inference_time`` and friends).
+:func:`supported_ops_report` reads Vela's own op lists (``--supported-ops-report``), which the
+Ethos-U op tables are tested against.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rewriter.errors import UserError
+
+VELA = [sys.executable, "-m", "ethosu.vela"]
+TIMEOUT_S = 600
+
+_COUNT = re.compile(r"^\s*(CPU|NPU) operators\s*=\s*(\d+)", re.M)
+_WARN = re.compile(r"Warning \(supported operators\) operator:\s*([A-Z0-9_]+)(?:,\s*ofm:\s*'([^']*)')?")
+_REASON = re.compile(r"^\s*Reason:\s*(.+?)\s*$")
+
+
+@dataclass
+class CpuOp:
+    """One op Vela left on the CPU, with its reasons (Vela's words)."""
+
+    op: str
+    ofm: str | None
+    reasons: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "ofm": self.ofm, "reasons": list(self.reasons)}
+
+
+@dataclass
+class VelaResult:
+    """Vela's placement and performance estimate for one file and accelerator config."""
+
+    config: str
+    npu_ops: int
+    cpu_ops: int
+    cpu_reasons: list[CpuOp]
+    csv: dict[str, str]
+    time: float  # seconds Vela took
+    output_tflite: str | None = None
+    stdout: str = ""
+
+    @property
+    def inference_time(self) -> float | None:
+        """Vela's estimated inference time in seconds (from the summary CSV)."""
+        v = self.csv.get("inference_time")
+        return float(v) if v not in (None, "") else None
+
+    def cpu_op_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for c in self.cpu_reasons:
+            counts[c.op] = counts.get(c.op, 0) + 1
+        return counts
+
+    def to_json(self) -> dict[str, Any]:
+        keys = ("inference_time", "cycles_npu", "cycles_total", "nn_macs", "sram_memory_used",
+                "off_chip_flash_memory_used")
+        return {"config": self.config, "npu_ops": self.npu_ops, "cpu_ops": self.cpu_ops,
+                "cpu_reasons": [c.to_json() for c in self.cpu_reasons],
+                "summary": {k: self.csv[k] for k in keys if k in self.csv},
+                "vela_seconds": round(self.time, 2)}
+
+
+def parse_stdout(text: str) -> tuple[int | None, int | None, list[CpuOp]]:
+    """(npu_ops, cpu_ops, per-op CPU reasons) from Vela's console output."""
+    counts = {m.group(1): int(m.group(2)) for m in _COUNT.finditer(text)}
+    cpu: list[CpuOp] = []
+    current: CpuOp | None = None
+    for line in text.splitlines():
+        m = _WARN.search(line)
+        if m:
+            current = CpuOp(m.group(1), m.group(2))
+            cpu.append(current)
+        elif current is None:
+            continue
+        elif not line.strip():
+            current = None
+        elif _REASON.match(line):
+            current.reasons.append(_REASON.match(line).group(1))
+        elif current.reasons:
+            current.reasons[-1] += " " + line.strip()
+    return counts.get("NPU"), counts.get("CPU"), cpu
+
+
+def parse_summary_csv(path: Path) -> dict[str, str]:
+    """The one data row of Vela's ``<net>_summary_<system>.csv`` as a dict."""
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    return {k.strip(): (v or "").strip() for k, v in rows[0].items()} if rows else {}
+
+
+def run_vela(tflite_path: str | Path, config: str, outdir: str | Path | None = None,
+             extra_args: list[str] | None = None) -> VelaResult:
+    """Compile ``tflite_path`` for ``config`` (e.g. ``ethos-u55-128``) and parse the result.
+
+    ``outdir`` receives ``<net>_vela.tflite`` and the summary CSV (a temp dir when None).
+    Raises :class:`UserError` when Vela fails on the file.
+    """
+    src = Path(tflite_path)
+    if not src.is_file():
+        raise UserError(f"no such file: {src}")
+    with tempfile.TemporaryDirectory(prefix="vela_") as tmp:
+        out = Path(outdir) if outdir is not None else Path(tmp)
+        out.mkdir(parents=True, exist_ok=True)
+        cmd = [*VELA, str(src.resolve()), "--accelerator-config", config,
+               "--output-dir", str(out.resolve()), *(extra_args or [])]
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S,
+                                  cwd=tmp)
+        except subprocess.TimeoutExpired:
+            raise UserError(f"vela did not finish within {TIMEOUT_S} s on {src}") from None
+        elapsed = time.perf_counter() - start
+        text = proc.stdout + "\n" + proc.stderr
+        npu, cpu, reasons = parse_stdout(text)
+        if proc.returncode != 0 or npu is None or cpu is None:
+            tail = " | ".join(line for line in text.strip().splitlines()[-3:])
+            raise UserError(f"vela failed on {src} (exit {proc.returncode}): {tail}")
+        summaries = sorted(out.glob(f"{src.stem}_summary_*.csv"))
+        summary = parse_summary_csv(summaries[0]) if summaries else {}
+        compiled = out / f"{src.stem}_vela.tflite"
+        return VelaResult(config, npu, cpu, reasons, summary, elapsed,
+                          str(compiled) if outdir is not None and compiled.exists() else None,
+                          text)
+
+
+# ----------------------------------------------------------------------------- supported ops
+_SECTION = re.compile(r"^## (.+?) TFLite Summary Table\s*$")
+_ROW = re.compile(r"^\|\s*([A-Z0-9_]+)\s*\|")
+
+
+def parse_supported_ops(markdown: str) -> dict[str, list[str]]:
+    """Op names per summary table of Vela's SUPPORTED_OPS.md: {"Ethos-U85": [...], ...}."""
+    out: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in markdown.splitlines():
+        m = _SECTION.match(line)
+        if m:
+            current = out.setdefault(m.group(1), [])
+            continue
+        if line.startswith("## "):
+            current = None
+            continue
+        r = _ROW.match(line)
+        if r and current is not None:
+            current.append(r.group(1))
+    return out
+
+
+def supported_ops_report() -> dict[str, list[str]]:
+    """Run ``vela --supported-ops-report`` in a temp dir and parse its summary tables."""
+    with tempfile.TemporaryDirectory(prefix="vela_ops_") as tmp:
+        proc = subprocess.run([*VELA, "--supported-ops-report"], capture_output=True, text=True,
+                              cwd=tmp, timeout=120)
+        report = Path(tmp) / "SUPPORTED_OPS.md"
+        if proc.returncode != 0 or not report.exists():
+            raise UserError(f"vela --supported-ops-report failed: {proc.stderr.strip()[-200:]}")
+        return parse_supported_ops(report.read_text())
+
+
+def vela_version() -> str:
+    proc = subprocess.run([*VELA, "--version"], capture_output=True, text=True, timeout=60)
+    return proc.stdout.strip()
+
+
+def reconcile(check: Any, result: VelaResult) -> list[dict[str, Any]]:
+    """Make Vela's placement the verdict of an artifact :class:`~rewriter.targets.GraphCheck`.
+
+    Ops Vela left on the CPU become unsupported with Vela's reasons; ops the table rejected but
+    Vela put on the NPU become supported. Returns the disagreements (so the table can be fixed)
+    and updates ``check.ok``. Float I/O QUANTIZE/DEQUANTIZE at the graph edges stay on the CPU
+    without counting against the model.
+    """
+    on_cpu: dict[tuple[str, str | None], CpuOp] = {(c.op, c.ofm): c for c in result.cpu_reasons}
+    disagreements = []
+    for v in check.verdicts:
+        if v.placement == "none" or v.target_op is None:
+            continue
+        ofm = v.node.split(" ", 1)[1] if " " in v.node else v.node
+        hit = on_cpu.get((v.target_op, ofm))
+        vela_npu = hit is None
+        is_edge = v.supported and v.placement == "cpu"
+        if is_edge:
+            continue
+        if vela_npu == v.supported:
+            continue
+        disagreements.append({"op": v.target_op, "node": v.node,
+                              "table": "supported" if v.supported else "unsupported",
+                              "vela": "npu" if vela_npu else "cpu",
+                              "table_reason": v.reason,
+                              "vela_reasons": list(hit.reasons) if hit else []})
+        if vela_npu:
+            v.supported, v.placement, v.reason, v.observed = True, "accelerator", None, None
+        else:
+            v.supported, v.placement = False, "cpu"
+            v.reason = f"{v.target_op}: Vela: " + "; ".join(hit.reasons or ["left on the CPU"])
+    check.ok = all(v.supported for v in check.verdicts)
+    return disagreements

@@ -1,0 +1,198 @@
+"""Per-output comparison metrics and the tolerance that would have been needed (Polygraphy style).
+
+For a reference array ``r`` and a test array ``t`` (same shape, float64 arithmetic):
+
+* ``max_abs_error`` = max |t - r|; ``mean_abs_error``; ``rmse`` = sqrt(mean((t - r)^2)).
+* ``max_rel_error`` = max |t - r| / max |r|: the worst error relative to the output's scale
+  (0 when both are 0). This is the number the report and "max relative error <= 1e-4" mean; it
+  does not blow up on reference values near zero.
+* ``max_elementwise_rel_error`` = max |t - r| / max(|r|, EPS) with ``EPS = 1e-6``: the worst
+  element-by-element relative error, shown for completeness.
+* ``cosine`` = <t, r> / (|t| |r|) over the flattened arrays (1.0 when both are all zero).
+* ``l2_rel_error`` = |t - r|_2 / |r|_2.
+
+The pass criterion is element-wise, like ``numpy.allclose``: |t - r| <= atol + rtol * |r| for
+every element, NaN/Inf in the same places, and, when ``min_cosine`` is given, cosine >= it.
+``needed_atol`` is the smallest atol that would pass at the given rtol, ``needed_rtol`` the
+smallest rtol that would pass at the given atol (inf when an element with r = 0 is off by more
+than atol).
+
+Default tolerances (:data:`DEFAULT_RTOL`, atol = :data:`DEFAULT_ATOL_SCALE` x max |r| per output)
+match the exact rules' bound: 1e-5 relative in float.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+EPS = 1e-6
+DEFAULT_RTOL = 1e-5
+DEFAULT_ATOL_SCALE = 1e-5
+
+Tol = float | Mapping[str, float] | None
+
+
+@dataclass
+class OutputMetrics:
+    """The comparison of one output."""
+
+    name: str
+    shape: list[int]
+    atol: float
+    rtol: float
+    max_abs_error: float
+    mean_abs_error: float
+    max_rel_error: float
+    max_elementwise_rel_error: float
+    rmse: float
+    cosine: float
+    l2_rel_error: float
+    ref_max_abs: float
+    needed_atol: float
+    needed_rtol: float
+    mismatched: int  # elements outside atol + rtol * |ref|
+    size: int
+    nonfinite_mismatch: int = 0
+    min_cosine: float | None = None
+    ok: bool = False
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: _finite(v) for k, v in asdict(self).items()}
+
+
+@dataclass
+class Comparison:
+    """All outputs compared; ``ok`` when every output passes its tolerance."""
+
+    outputs: list[OutputMetrics]
+    samples: int = 1
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(o.ok for o in self.outputs)
+
+    def failing(self) -> list[OutputMetrics]:
+        return [o for o in self.outputs if not o.ok]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "samples": self.samples, "notes": list(self.notes),
+                "outputs": {o.name: o.to_json() for o in self.outputs}}
+
+
+def _finite(v: Any) -> Any:
+    """JSON has no inf/nan: report them as strings."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return v
+
+
+def _tol(tol: Tol, name: str, default: float) -> float:
+    if tol is None:
+        return default
+    if isinstance(tol, Mapping):
+        return float(tol.get(name, tol.get("*", default)))
+    return float(tol)
+
+
+def compare(ref: Mapping[str, np.ndarray], test: Mapping[str, np.ndarray], atol: Tol = None,
+            rtol: Tol = None, min_cosine: Tol = None, samples: int = 1) -> Comparison:
+    """Compare every output of ``ref`` with the same-named output of ``test``.
+
+    ``atol``/``rtol``/``min_cosine`` are a number for all outputs or a dict by output name (key
+    ``"*"`` for the rest). An output missing from ``test`` raises ``KeyError``.
+    """
+    outputs = []
+    for name, r in ref.items():
+        if name not in test:
+            raise KeyError(f"output {name!r} missing from the compared model")
+        r64 = np.asarray(r, dtype=np.float64)
+        scale = float(np.max(np.abs(r64[np.isfinite(r64)]), initial=0.0))
+        a = _tol(atol, name, DEFAULT_ATOL_SCALE * scale)
+        rt = _tol(rtol, name, DEFAULT_RTOL)
+        mc = None if min_cosine is None else _tol(min_cosine, name, -1.0)
+        outputs.append(compare_arrays(name, r, test[name], a, rt, mc))
+    return Comparison(outputs, samples=samples)
+
+
+def compare_arrays(name: str, ref: np.ndarray, test: np.ndarray, atol: float, rtol: float,
+                   min_cosine: float | None = None) -> OutputMetrics:
+    """The metrics of one output; a shape mismatch compares nothing and fails."""
+    r = np.asarray(ref, dtype=np.float64)
+    t = np.asarray(test, dtype=np.float64)
+    note = ""
+    if r.shape != t.shape:
+        if r.size != t.size:
+            return _shape_mismatch(name, r, t, atol, rtol, min_cosine)
+        note = f"shape {list(t.shape)} reshaped to {list(r.shape)}"
+        t = t.reshape(r.shape)
+    finite = np.isfinite(r) & np.isfinite(t)
+    nonfinite_bad = int(np.sum(~finite & ~((r == t) | (np.isnan(r) & np.isnan(t)))))
+    r_f, t_f = r[finite], t[finite]
+    diff = np.abs(t_f - r_f)
+    absr = np.abs(r_f)
+    scale = float(absr.max(initial=0.0))
+    max_abs = float(diff.max(initial=0.0))
+    m = OutputMetrics(
+        name=name, shape=list(r.shape), atol=atol, rtol=rtol, max_abs_error=max_abs,
+        mean_abs_error=float(diff.mean()) if diff.size else 0.0,
+        max_rel_error=max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else math.inf),
+        max_elementwise_rel_error=float((diff / np.maximum(absr, EPS)).max(initial=0.0)),
+        rmse=float(np.sqrt(np.mean(diff ** 2))) if diff.size else 0.0,
+        cosine=_cosine(r_f, t_f), l2_rel_error=_l2_rel(r_f, t_f), ref_max_abs=scale,
+        needed_atol=float(np.maximum(diff - rtol * absr, 0.0).max(initial=0.0)),
+        needed_rtol=_needed_rtol(diff, absr, atol),
+        mismatched=int(np.sum(diff > atol + rtol * absr)) + nonfinite_bad, size=int(r.size),
+        nonfinite_mismatch=nonfinite_bad, min_cosine=min_cosine, note=note)
+    m.ok = m.mismatched == 0 and (min_cosine is None or m.cosine >= min_cosine)
+    return m
+
+
+def _shape_mismatch(name: str, r: np.ndarray, t: np.ndarray, atol: float, rtol: float,
+                    min_cosine: float | None) -> OutputMetrics:
+    inf = math.inf
+    return OutputMetrics(name=name, shape=list(r.shape), atol=atol, rtol=rtol, max_abs_error=inf,
+                         mean_abs_error=inf, max_rel_error=inf, max_elementwise_rel_error=inf,
+                         rmse=inf, cosine=0.0, l2_rel_error=inf, ref_max_abs=0.0,
+                         needed_atol=inf, needed_rtol=inf, mismatched=int(r.size),
+                         size=int(r.size), min_cosine=min_cosine, ok=False,
+                         note=f"shape mismatch: {list(r.shape)} vs {list(t.shape)}")
+
+
+def _cosine(r: np.ndarray, t: np.ndarray) -> float:
+    nr, nt = float(np.linalg.norm(r)), float(np.linalg.norm(t))
+    if nr == 0 and nt == 0:
+        return 1.0
+    if nr == 0 or nt == 0:
+        return 0.0
+    return float(np.dot(r.ravel(), t.ravel()) / (nr * nt))
+
+
+def _l2_rel(r: np.ndarray, t: np.ndarray) -> float:
+    nd, nr = float(np.linalg.norm(t - r)), float(np.linalg.norm(r))
+    if nr == 0:
+        return 0.0 if nd == 0 else math.inf
+    return nd / nr
+
+
+def _needed_rtol(diff: np.ndarray, absr: np.ndarray, atol: float) -> float:
+    over = diff - atol
+    bad = over > 0
+    if not bad.any():
+        return 0.0
+    if np.any(bad & (absr == 0)):
+        return math.inf
+    return float((over[bad] / absr[bad]).max())
+
+
+def stack_samples(runs: list[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Outputs of several runs concatenated on a new leading axis, by output name."""
+    if not runs:
+        return {}
+    return {name: np.stack([np.asarray(run[name]) for run in runs]) for name in runs[0]}

@@ -1,0 +1,131 @@
+"""Run a ``.tflite`` in TFLite Micro's Python interpreter (``tflite_micro``), in a subprocess.
+
+TFLite Micro aborts the process on some models (an unsupported op or a failed allocation can
+end in ``abort()``), so the interpreter runs in a child process: ``python -m
+rewriter.verify.tflm MODEL IN.npz OUT.npz``. The parent reads the file's input/output names and
+quantisation with LiteRT (TFLite Micro has no names), quantises the feeds, and dequantises the
+results; the child only sets tensors by index, invokes, and writes raw outputs. A crash or a
+non-zero exit becomes a :class:`~rewriter.verify.runners.RunnerError` with the child's last
+stderr lines and the signal, if any.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from rewriter.verify.runners import LiteRTRunner, Runner, RunnerError
+
+#: Seconds a TFLite Micro run may take before it is killed.
+TIMEOUT = 300.0
+#: Smallest tensor arena given to TFLite Micro (bytes); else 10x the model size.
+MIN_ARENA = 4 << 20
+_MISSING_OP_RE = re.compile(r"Didn't find op for builtin opcode '(\w+)'")
+
+
+def tflm_available() -> bool:
+    """True when the ``tflite_micro`` package is importable (checked without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("tflite_micro") is not None
+
+
+class TflmRunner(Runner):
+    """A ``.tflite`` run in TFLite Micro; every ``run``/``run_many`` is one subprocess."""
+
+    kind = "tflm"
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        if not tflm_available():
+            raise RunnerError("TFLite Micro is not installed (pip install --pre tflite-micro)")
+        lite = LiteRTRunner(path)  # names and quantisation: TFLM exposes no names
+        self.io = lite.io
+        super().__init__(os.fspath(path), lite.inputs, lite.outputs)
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self._run_encoded([feeds])[0]
+
+    def run_many(self, samples: Sequence[Mapping[str, np.ndarray]]
+                 ) -> list[dict[str, np.ndarray]]:
+        return self._run_encoded([self.bind_feeds(s) for s in samples])
+
+    def _run_encoded(self, samples: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        arrays = {f"s{k}_i{j}": self.io.encode(j, s[spec.name])
+                  for k, s in enumerate(samples) for j, spec in enumerate(self.inputs)}
+        raw = run_subprocess(self.path, arrays, len(samples), len(self.inputs),
+                             len(self.outputs))
+        return [{name: self.io.decode(j, raw[f"s{k}_o{j}"])
+                 for j, name in enumerate(self.outputs)} for k in range(len(samples))]
+
+
+def run_subprocess(model_path: str, arrays: dict[str, np.ndarray], n_samples: int,
+                   n_inputs: int, n_outputs: int) -> dict[str, np.ndarray]:
+    """Run the worker on encoded inputs; raw outputs keyed ``s{sample}_o{output}``."""
+    with tempfile.TemporaryDirectory(prefix="rewriter-tflm-") as tmp:
+        src, dst = Path(tmp) / "in.npz", Path(tmp) / "out.npz"
+        np.savez(src, **arrays)
+        cmd = [sys.executable, "-m", "rewriter.verify.tflm", model_path, str(src), str(dst),
+               str(n_samples), str(n_inputs), str(n_outputs)]
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+        except subprocess.TimeoutExpired:
+            raise RunnerError(f"{model_path}: TFLite Micro did not finish in "
+                              f"{TIMEOUT:.0f}s") from None
+        if proc.returncode != 0 or not dst.exists():
+            ops = list(dict.fromkeys(_MISSING_OP_RE.findall(proc.stderr)))
+            if ops:
+                raise RunnerError(f"{model_path}: TFLite Micro has no kernel for op "
+                                  f"{', '.join(ops)}", ops=ops)
+            raise RunnerError(f"{model_path}: TFLite Micro failed ({_why(proc)})")
+        with np.load(dst, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+
+
+def _why(proc: subprocess.CompletedProcess) -> str:
+    """The signal or exit code, and the child's messages without Python traceback lines."""
+    lines = [ln.strip() for ln in proc.stderr.splitlines()
+             if ln.strip() and not ln.startswith((" ", "Traceback"))]
+    tail = " | ".join(lines[-3:])
+    code = proc.returncode
+    if code < 0:
+        try:
+            sig = signal.Signals(-code).name
+        except ValueError:
+            sig = str(-code)
+        return f"killed by {sig}" + (f": {tail}" if tail else "")
+    return f"exit {code}" + (f": {tail}" if tail else "")
+
+
+def _worker(argv: Sequence[str]) -> int:
+    """Child process: run every sample through one TFLite Micro interpreter."""
+    model_path, src, dst, n_samples, n_inputs, n_outputs = argv
+    from tflite_micro import runtime
+
+    data = Path(model_path).read_bytes()
+    interp = runtime.Interpreter.from_bytes(data, arena_size=max(10 * len(data), MIN_ARENA))
+    out: dict[str, np.ndarray] = {}
+    with np.load(src, allow_pickle=False) as arrays:
+        for k in range(int(n_samples)):
+            for j in range(int(n_inputs)):
+                interp.set_input(arrays[f"s{k}_i{j}"], j)
+            interp.invoke()
+            for j in range(int(n_outputs)):
+                out[f"s{k}_o{j}"] = np.array(interp.get_output(j))
+            interp.reset()
+    np.savez(dst, **out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_worker(sys.argv[1:]))
