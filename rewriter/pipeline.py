@@ -49,6 +49,7 @@ class JobOptions:
     samples: int = 8  # verification samples
     calibration_samples: int = 32
     int8_io: bool | None = None  # None: int8 I/O when the target is an int8 accelerator
+    input_ranges: dict[str, tuple[float, float]] = field(default_factory=dict)  # synthetic data
     run_vela: bool = True
 
 
@@ -202,14 +203,23 @@ def _data(model: Model, opts: JobOptions, quantize: str,
     elif calibration:
         samples = calibration[: opts.samples]
     else:
-        samples = synthetic_inputs(model.inputs, opts.samples, seed=0)
-        warnings.append(f"verified on {len(samples)} synthetic inputs (seeded, uniform); give "
-                        "--inputs or --calibration with real data to measure on it")
+        samples = synthetic_inputs(model.inputs, opts.samples, seed=0, ranges=opts.input_ranges)
+        warnings.append(f"verified on {len(samples)} synthetic inputs (seeded, uniform in "
+                        f"{_ranges_text(model, opts.input_ranges)}); give --data or "
+                        "--calibration with real data to measure on it")
     if quantize == "int8" and calibration is None:
-        calibration = synthetic_inputs(model.inputs, opts.calibration_samples, seed=1)
+        calibration = synthetic_inputs(model.inputs, opts.calibration_samples, seed=1,
+                                       ranges=opts.input_ranges)
         warnings.append("int8 calibrated on synthetic inputs: accuracy on real data is "
                         "unmeasured; give --calibration (.npy, .npz or an image directory)")
     return samples, calibration
+
+
+def _ranges_text(model: Model, ranges: dict[str, tuple[float, float]]) -> str:
+    from rewriter.verify.data import DEFAULT_RANGE
+
+    return ", ".join(f"{s.name}: {list(ranges.get(s.name, DEFAULT_RANGE))}"
+                     for s in model.inputs)
 
 
 def _run_all(model: Model, samples: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -289,12 +299,12 @@ def _verify_artifact(path: str, kind: str, quantize: str, model: Model,
                      samples: list[dict[str, np.ndarray]], reference: dict[str, np.ndarray]
                      ) -> Any:
     from rewriter.verify.metrics import compare, stack_samples
-    from rewriter.verify.runners import run_onnx, run_tflite
+    from rewriter.verify.runners import LiteRTRunner, OnnxRunner, rename_outputs
 
     names = [o.name for o in model.outputs]
-    runner = run_onnx if kind == "onnx" else run_tflite
     try:
-        outs = stack_samples([runner(path, s, names) for s in samples])
+        runner = OnnxRunner(path) if kind == "onnx" else LiteRTRunner(path)
+        outs = stack_samples([rename_outputs(o, names) for o in runner.run_many(samples)])
     except UserError as exc:
         raise UserError(f"the exported artifact does not run: {exc}") from None
     scale = {k: float(np.max(np.abs(v))) for k, v in reference.items()}

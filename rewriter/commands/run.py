@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", dest="verify_inputs", metavar="DATA",
                         help="verification inputs (default: the calibration data, else "
                         "seeded synthetic inputs)")
+    parser.add_argument("--input-range", action="append", default=[], metavar="[NAME:]LO,HI",
+                        help="range of synthetic inputs when no data is given (default -1,1; "
+                        "e.g. 0,255 for models with built-in preprocessing)")
     parser.add_argument("--samples", type=int, default=8, help="verification samples (default 8)")
     parser.add_argument("--float-io", action="store_true",
                         help="keep float input/output in int8 models (default for int8 "
@@ -47,7 +50,10 @@ def run(args: argparse.Namespace, ui: Any) -> int:
     outdir = prepare_outdir(args.out)
     with ui.step(f"loading {args.model}"):
         model = load_from_args(args)
-    options = JobOptions(quantize=args.quantize, exact_only=args.exact_only,
+    from rewriter.verify.data import parse_ranges
+
+    options = JobOptions(input_ranges=parse_ranges(args.input_range, model.inputs),
+                         quantize=args.quantize, exact_only=args.exact_only,
                          calibration=args.calibration, inputs=args.verify_inputs,
                          samples=max(1, args.samples), run_vela=not args.no_vela,
                          int8_io=False if args.float_io else None)

@@ -61,6 +61,9 @@ def export_tflite(model: Model, path: str | os.PathLike, quantize: str = "none",
     start = time.perf_counter()
     data, route = _convert(model, quantize, calibration, int8_io and quantize == "int8")
     seconds = time.perf_counter() - start
+    if route != "from_concrete_functions":
+        warnings.append(f"converted by the {route} route: the file has no signature, so runners "
+                        "match its inputs/outputs to the model's by order")
     ops, float_ops, io = tflite_ops(data)
     float_ops = float_ops if quantize == "int8" else []
     if quantize == "int8" and float_ops:

@@ -179,16 +179,20 @@ def _signature_names(sig: Mapping[str, Any] | None, key: str,
 
 
 class LiteRTRunner(Runner):
-    """A ``.tflite`` run with ``ai_edge_litert.interpreter`` (default CPU kernels)."""
+    """A ``.tflite`` run with ``ai_edge_litert.interpreter`` (builtin kernels, no delegates)."""
 
     kind = "litert"
 
     def __init__(self, path: str | os.PathLike) -> None:
-        from ai_edge_litert.interpreter import Interpreter
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
         path = os.fspath(path)
         try:
-            self.interp = Interpreter(model_path=path)
+            # Builtin kernels without the default XNNPACK delegate: the kernels edge runtimes
+            # run, and no delegate rewriting the graph under the comparison.
+            self.interp = Interpreter(
+                model_path=path,
+                experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
             self.interp.allocate_tensors()
         except (ValueError, RuntimeError) as exc:
             raise RunnerError(f"{path}: LiteRT cannot load it ({_first_line(exc)})") from None

@@ -1,0 +1,125 @@
+"""Comparison metrics: each statistic on hand-computed cases, and the needed tolerances."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from rewriter.verify.metrics import compare, compare_arrays, stack_samples
+
+
+def test_identical_outputs_have_zero_error_and_pass():
+    r = np.array([1.0, -2.0, 3.0], dtype=np.float32)
+    m = compare_arrays("y", r, r.copy(), atol=0.0, rtol=0.0)
+    assert m.ok
+    assert m.max_abs_error == 0.0 and m.rmse == 0.0 and m.l2_rel_error == 0.0
+    assert m.cosine == pytest.approx(1.0)
+
+
+def test_statistics_match_hand_computation():
+    r = np.array([1.0, -2.0, 4.0])
+    t = np.array([1.0, -2.5, 4.0])
+    m = compare_arrays("y", r, t, atol=0.0, rtol=0.0)
+    assert m.max_abs_error == pytest.approx(0.5)
+    assert m.max_rel_error == pytest.approx(0.5 / 4.0)  # relative to max |ref|
+    assert m.max_elementwise_rel_error == pytest.approx(0.5 / 2.0)
+    assert m.rmse == pytest.approx(math.sqrt(0.25 / 3))
+    assert m.l2_rel_error == pytest.approx(0.5 / math.sqrt(21.0))
+    assert m.cosine == pytest.approx(np.dot(r, t) / np.linalg.norm(r) / np.linalg.norm(t))
+    assert m.mismatched == 1 and not m.ok
+
+
+def test_needed_atol_is_the_smallest_that_passes():
+    rng = np.random.default_rng(0)
+    r = rng.normal(size=100)
+    t = r + rng.normal(scale=1e-3, size=100)
+    m = compare_arrays("y", r, t, atol=1e-6, rtol=1e-4)
+    assert not m.ok
+    assert compare_arrays("y", r, t, atol=m.needed_atol * 1.0001, rtol=1e-4).ok
+    assert not compare_arrays("y", r, t, atol=m.needed_atol * 0.99, rtol=1e-4).ok
+
+
+def test_needed_rtol_is_the_smallest_that_passes():
+    rng = np.random.default_rng(1)
+    r = rng.uniform(1.0, 2.0, size=50)
+    t = r * (1 + rng.uniform(-1e-3, 1e-3, size=50))
+    m = compare_arrays("y", r, t, atol=1e-6, rtol=1e-6)
+    assert compare_arrays("y", r, t, atol=1e-6, rtol=m.needed_rtol * 1.0001).ok
+    assert not compare_arrays("y", r, t, atol=1e-6, rtol=m.needed_rtol * 0.99).ok
+
+
+def test_needed_rtol_is_infinite_when_a_zero_reference_is_off():
+    m = compare_arrays("y", np.array([0.0, 1.0]), np.array([0.1, 1.0]), atol=0.0, rtol=0.0)
+    assert m.needed_rtol == math.inf
+    assert m.needed_atol == pytest.approx(0.1)
+
+
+def test_per_output_tolerances_apply_by_name():
+    ref = {"a": np.array([1.0]), "b": np.array([1.0])}
+    test = {"a": np.array([1.01]), "b": np.array([1.01])}
+    c = compare(ref, test, atol={"a": 0.02, "*": 0.0}, rtol=0.0)
+    assert [o.ok for o in c.outputs] == [True, False]
+    assert not c.ok
+    assert [o.name for o in c.failing()] == ["b"]
+
+
+def test_default_tolerance_is_relative_to_the_output_scale():
+    r = np.array([1000.0, -500.0])
+    assert compare({"y": r}, {"y": r + 1e-3}).ok  # 1e-6 relative
+    assert not compare({"y": r}, {"y": r + 1.0}).ok  # 1e-3 relative
+
+
+def test_nan_where_reference_is_finite_is_a_mismatch():
+    m = compare_arrays("y", np.array([1.0, 2.0]), np.array([1.0, np.nan]), atol=1.0, rtol=1.0)
+    assert not m.ok
+    assert m.nonfinite_mismatch == 1
+
+
+def test_nan_in_both_at_the_same_place_is_not_a_mismatch():
+    r = np.array([1.0, np.nan])
+    m = compare_arrays("y", r, r.copy(), atol=0.0, rtol=0.0)
+    assert m.ok and m.nonfinite_mismatch == 0
+
+
+def test_shape_mismatch_fails_with_a_note():
+    m = compare_arrays("y", np.zeros((2, 3)), np.zeros((4,)), atol=1.0, rtol=1.0)
+    assert not m.ok
+    assert "shape mismatch" in m.note
+
+
+def test_same_size_different_shape_is_reshaped_and_noted():
+    m = compare_arrays("y", np.ones((1, 4)), np.ones((4,)), atol=0.0, rtol=0.0)
+    assert m.ok
+    assert "reshaped" in m.note
+
+
+def test_min_cosine_is_an_extra_criterion():
+    r = np.array([1.0, 0.0])
+    t = np.array([1.0, 1.0])  # cosine 0.707
+    assert compare_arrays("y", r, t, atol=10.0, rtol=0.0).ok
+    assert not compare_arrays("y", r, t, atol=10.0, rtol=0.0, min_cosine=0.99).ok
+
+
+def test_comparison_json_is_valid_json_even_with_infinities():
+    c = compare({"y": np.array([0.0])}, {"y": np.array([1.0])}, atol=0.0, rtol=0.0)
+    text = json.dumps(c.to_json(), allow_nan=False)
+    data = json.loads(text)
+    assert data["ok"] is False
+    assert data["outputs"]["y"]["needed_rtol"] == "inf"
+    assert {"max_abs_error", "max_rel_error", "cosine", "atol", "rtol"} <= set(
+        data["outputs"]["y"])
+
+
+def test_missing_output_in_test_raises():
+    with pytest.raises(KeyError, match="z"):
+        compare({"z": np.zeros(1)}, {"y": np.zeros(1)})
+
+
+def test_stack_samples_adds_a_leading_axis_per_run():
+    runs = [{"y": np.zeros((1, 3))}, {"y": np.ones((1, 3))}]
+    stacked = stack_samples(runs)
+    assert stacked["y"].shape == (2, 1, 3)
+    assert stacked["y"][1].sum() == 3

@@ -1,0 +1,146 @@
+"""`rewrite verify A B`: any two formats, exit 0 on match, 1 on mismatch with the needed tolerance,
+2 on bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from rewriter.export.onnx import export_onnx
+from rewriter.export.tflite import export_tflite
+from rewriter.frontends import load_model
+
+
+def _keras_model(seed: int):
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    inp = keras.Input((8, 8, 3), batch_size=1, name="image")
+    x = keras.layers.Conv2D(4, 3, padding="same")(inp)
+    x = keras.layers.ELU()(keras.layers.BatchNormalization()(x))
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inp, keras.layers.Dense(3, name="logits")(x))
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("verify")
+    _keras_model(0).save(d / "model.keras")
+    _keras_model(1).save(d / "other.keras")
+    model = load_model(d / "model.keras")
+    calib = [{"image": np.random.default_rng(k).uniform(-1, 1, (1, 8, 8, 3)).astype(np.float32)}
+             for k in range(16)]
+    return {
+        "keras": d / "model.keras",
+        "other": d / "other.keras",
+        "float": export_tflite(model, d / "model.tflite").path,
+        "int8": export_tflite(model, d / "int8.tflite", quantize="int8", calibration=calib).path,
+        "onnx": export_onnx(model, d / "model.onnx").path,
+        "dir": d,
+    }
+
+
+def test_keras_and_its_float_tflite_match(cli, files):
+    code, out, _ = cli("verify", files["keras"], files["float"])
+    assert code == 0, out
+    assert out.strip().endswith("match")
+    assert "outputs matched by name" in out
+
+
+def test_keras_and_its_onnx_match(cli, files):
+    code, out, _ = cli("verify", files["keras"], files["onnx"], "--samples", "2")
+    assert code == 0, out
+
+
+def test_int8_tflite_fails_default_tolerance_and_says_what_would_pass(cli, files):
+    code, out, _ = cli("verify", files["keras"], files["int8"])
+    assert code == 1
+    assert "MISMATCH" in out
+    assert "would need --atol logits:" in out
+
+
+def test_int8_tflite_passes_on_cosine(cli, files):
+    code, out, _ = cli("verify", files["keras"], files["int8"], "--min-cosine", "0.99")
+    assert code == 0, out
+
+
+def test_needed_tolerance_printed_on_mismatch_makes_it_pass(cli, files):
+    code, out, _ = cli("verify", files["keras"], files["int8"], "--rtol", "0")
+    needed = out.split("would need --atol logits:")[1].split()[0]
+    code, out, _ = cli("verify", files["keras"], files["int8"], "--rtol", "0",
+                       "--atol", f"logits:{needed}")
+    assert code == 0, out
+
+
+def test_different_weights_mismatch_with_exit_1(cli, files):
+    code, _, _ = cli("verify", files["keras"], files["other"])
+    assert code == 1
+
+
+def test_json_output_has_per_output_metrics(cli, files):
+    code, out, _ = cli("verify", files["keras"], files["float"], "--json", "--samples", "3")
+    data = json.loads(out)
+    assert code == 0 and data["ok"] is True
+    assert data["samples"] == 3 and data["data"]["source"] == "synthetic"
+    m = data["outputs"]["logits"]
+    assert m["max_abs_error"] < 1e-5 and m["cosine"] > 0.99999
+    assert {"max_rel_error", "rmse", "l2_rel_error", "needed_atol", "needed_rtol"} <= set(m)
+
+
+def test_inputs_from_npy_and_npz(cli, files, tmp_path):
+    x = np.random.default_rng(3).uniform(0, 1, (5, 8, 8, 3)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.savez(tmp_path / "x.npz", image=x)
+    for f in ("x.npy", "x.npz"):
+        code, out, _ = cli("verify", files["keras"], files["float"], "--inputs",
+                           tmp_path / f, "--samples", "10", "--json")
+        assert code == 0
+        assert json.loads(out)["samples"] == 5
+
+
+def test_inputs_from_an_image_directory(cli, files, tmp_path):
+    import tensorflow as tf
+
+    img = np.random.default_rng(4).integers(0, 255, (20, 16, 3), dtype=np.uint8)
+    (tmp_path / "a.png").write_bytes(tf.io.encode_png(img).numpy())
+    (tmp_path / "b.jpg").write_bytes(tf.io.encode_jpeg(img).numpy())
+    code, out, _ = cli("verify", files["keras"], files["float"], "--inputs", tmp_path,
+                       "--input-range", "0,1", "--json")
+    assert code == 0, out
+    assert json.loads(out)["samples"] == 2
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--inputs", "missing.npy"], "no such file"),
+    (["--atol", "abc"], "--atol"),
+    (["--atol", "nosuch:1e-3"], "unknown output"),
+    (["--samples", "0"], "--samples"),
+])
+def test_bad_input_exits_2_with_one_line(cli, files, args, message):
+    code, _, err = cli("verify", files["keras"], files["float"], *args)
+    assert code == 2
+    assert err.startswith("error:") and message in err
+    assert "Traceback" not in err
+
+
+def test_npy_of_the_wrong_shape_is_refused(cli, files, tmp_path):
+    np.save(tmp_path / "bad.npy", np.zeros((2, 5), np.float32))
+    code, _, err = cli("verify", files["keras"], files["float"], "--inputs", tmp_path / "bad.npy")
+    assert code == 2 and "does not fit input 'image'" in err
+
+
+def test_missing_model_exits_2(cli, files):
+    code, _, err = cli("verify", files["keras"], files["dir"] / "nope.tflite")
+    assert code == 2 and "no such file" in err
+
+
+def test_tflm_flag_runs_the_tflite_in_tflite_micro(cli, files):
+    from rewriter.verify.tflm import tflm_available
+
+    if not tflm_available():
+        pytest.skip("tflite-micro not installed")
+    code, out, _ = cli("verify", files["keras"], files["float"], "--tflm", "--samples", "2")
+    assert code == 0, out
+    assert "candidate  tflm:" in out
