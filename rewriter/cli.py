@@ -27,6 +27,7 @@ COMMANDS = {
     "unfreeze": "unfreeze",
     "targets": "targets",
     "docs": "docs",
+    "merge": "merge",
 }
 
 

@@ -29,6 +29,19 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def replace_dir(tmp_dir: str | os.PathLike, target: str | os.PathLike) -> str:
+    """Move a finished directory into place, replacing an older one at ``target``."""
+    target = Path(target)
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}.old.{os.getpid()}")
+        os.replace(target, old)
+    os.replace(tmp_dir, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return str(target)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary sibling path to write (a file or a directory); rename it into place."""

@@ -139,21 +139,3 @@ class Model:
 PLUMBING_OPS = frozenset({"Placeholder", "Const", "Identity", "NoOp", "IdentityN",
                           "PlaceholderWithDefault", "StopGradient", "Snapshot"})
 
-
-def random_inputs(model: Model, seed: int = 0, low: float = -1.0,
-                  high: float = 1.0) -> dict[str, np.ndarray]:
-    """Seeded synthetic inputs for a model's signature (floats uniform in [low, high])."""
-    rng = np.random.default_rng(seed)
-    feeds: dict[str, np.ndarray] = {}
-    for spec in model.inputs:
-        shape = tuple(1 if d is None else d for d in spec.shape)
-        dt = np.dtype(spec.dtype)
-        if dt.kind == "f":
-            feeds[spec.name] = rng.uniform(low, high, size=shape).astype(dt)
-        elif dt.kind in "iu":
-            feeds[spec.name] = rng.integers(0, 10, size=shape).astype(dt)
-        elif dt.kind == "b":
-            feeds[spec.name] = rng.integers(0, 2, size=shape).astype(dt)
-        else:
-            raise ValueError(f"cannot synthesise inputs of dtype {spec.dtype}")
-    return feeds

@@ -10,12 +10,8 @@ TensorFlow and tf2onnx are imported only inside the functions that need them.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from rewriter.errors import UserError
@@ -63,34 +59,6 @@ class ExportError(UserError):
                 "nodes": self.nodes, "detail": self.detail[-4000:]}
 
 
-def write_atomic(path: str | os.PathLike, data: bytes) -> str:
-    """Write ``data`` to ``path`` through a temporary file in the same directory."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return str(target)
-
-
-def replace_dir(tmp_dir: str | os.PathLike, target: str | os.PathLike) -> str:
-    """Move a finished directory into place, replacing an older one at ``target``."""
-    target = Path(target)
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old.{os.getpid()}")
-        os.replace(target, old)
-    os.replace(tmp_dir, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    return str(target)
-
-
 def __getattr__(name: str) -> Any:
     """Lazy access to the exporters, so ``import rewriter.export`` stays light."""
     if name == "export_tflite":
@@ -108,5 +76,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-__all__ = ["ExportError", "ExportResult", "export_onnx", "export_saved_model", "export_tflite",
-           "replace_dir", "write_atomic"]
+__all__ = ["ExportError", "ExportResult", "export_onnx", "export_saved_model", "export_tflite"]

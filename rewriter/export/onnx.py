@@ -22,7 +22,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from rewriter.export import ExportError, ExportResult, write_atomic
+from rewriter.export import ExportError, ExportResult
+from rewriter.fsutil import atomic_write_bytes
 from rewriter.model import Model
 
 DEFAULT_OPSET = 17
@@ -39,7 +40,7 @@ def export_onnx(model: Model, path: str | os.PathLike, opset: int = DEFAULT_OPSE
     _check_model(proto)
     data = proto.SerializeToString()
     seconds = time.perf_counter() - start
-    out = write_atomic(path, data)
+    out = str(atomic_write_bytes(path, data))
     return ExportResult(path=out, format="onnx", quantize="none", size=len(data),
                         ops=[n.op_type for n in proto.graph.node], warnings=[],
                         seconds=seconds, route="tf2onnx.convert.from_graph_def", opset=opset)

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rewriter.export import ExportResult, replace_dir
+from rewriter.export import ExportResult
+from rewriter.fsutil import replace_dir
 from rewriter.model import Model
 
 _VALID_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$")

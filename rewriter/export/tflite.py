@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from rewriter.export import ExportError, ExportResult, write_atomic
+from rewriter.export import ExportError, ExportResult
+from rewriter.fsutil import atomic_write_bytes
 from rewriter.model import Model
 
 QUANTIZE_MODES = ("none", "int8", "float16")
@@ -69,7 +70,7 @@ def export_tflite(model: Model, path: str | os.PathLike, quantize: str = "none",
     if quantize == "int8" and float_ops:
         warnings.append("int8 conversion left ops in float (DEQUANTIZE -> op -> QUANTIZE): "
                         + ", ".join(sorted(set(float_ops))))
-    out = write_atomic(path, data)
+    out = str(atomic_write_bytes(path, data))
     return ExportResult(path=out, format="tflite", quantize=quantize, size=len(data), ops=ops,
                         warnings=warnings, seconds=seconds, route=route, float_ops=float_ops,
                         io=io)
