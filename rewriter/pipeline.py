@@ -87,50 +87,138 @@ def run_job(model: Model, target: Any, outdir: Path, options: JobOptions | None 
     report["placement_before"] = _placement(before)
     with _timed(timings, "plan"):
         the_plan = passes.plan(model, target, quantize, exact_only=opts.exact_only)
-    report["plan"] = the_plan.to_json()
     planned = {f["op"]: f["rule"] for f in the_plan.fixes}
     report["unsupported_before"] = _with_fixes(before.unsupported_summary(), planned)
+    samples, calibration = _data(model, opts, quantize, warnings)
+    with _timed(timings, "run_original"), progress("running the original model"):
+        reference = _run_all(model, samples)
+
+    ctx = _Context(model, target, quantize, opts, outdir, samples, calibration, reference,
+                   timings, progress)
+    attempt = _attempt(ctx, the_plan)
+    retry = _retry_plan(the_plan, target, quantize, opts.exact_only, attempt.report)
+    if retry is not None:
+        # The second attempt's files replace the first's, so its report is the one kept
+        # (the first failed too); "retry" says what was tried and why.
+        attempt = _attempt(ctx, retry["plan"])
+        report["retry"] = {k: v for k, v in retry.items() if k != "plan"} | {"ok": attempt.ok}
+    report.update(attempt.report)
+    warnings.extend(attempt.warnings)
+    report["ok"] = attempt.ok
+    report["summary"] = _summary(report, attempt.tf_cmp, attempt.art_cmp)
+    files = dict(attempt.files)
+    files.update({p.name: str(p) for p in write_reports(outdir, report)})
+    return JobResult(report, 0 if attempt.ok else 1, files)
+
+
+@dataclass
+class _Context:
+    """What every attempt shares: the original, the target, the data and its outputs."""
+
+    model: Model
+    target: Any
+    quantize: str
+    opts: JobOptions
+    outdir: Path
+    samples: list[dict[str, np.ndarray]]
+    calibration: list[dict[str, np.ndarray]] | None
+    reference: dict[str, np.ndarray]
+    timings: dict[str, float]
+    progress: Callable[[str], contextlib.AbstractContextManager[None]]
+
+
+@dataclass
+class _Attempt:
+    ok: bool
+    report: dict[str, Any]
+    files: dict[str, str]
+    warnings: list[str]
+    tf_cmp: Any
+    art_cmp: Any
+
+
+def _attempt(ctx: _Context, the_plan: Any) -> _Attempt:
+    """Rewrite with ``the_plan``, verify in TF, export, check and run the artifact."""
+    from rewriter import passes
+    from rewriter.export.saved_model import export_saved_model
+
+    timings, progress, target = ctx.timings, ctx.progress, ctx.target
+    report: dict[str, Any] = {"plan": the_plan.to_json()}
     with _timed(timings, "rewrite"), progress("rewriting"):
-        result = passes.apply(model, the_plan)
+        result = passes.apply(ctx.model, the_plan)
     rewritten = result.model
     report["rules_applied"] = _rules_summary(result.applied)
     report["rejected_matches"] = result.rejected[:50]
     with _timed(timings, "check_rewritten"):
-        after_graph = target.check_graph(rewritten, quantize)
+        after_graph = target.check_graph(rewritten, ctx.quantize)
     report["unsupported_rewritten_graph"] = _with_fixes(after_graph.unsupported_summary())
-
-    samples, calibration = _data(model, opts, quantize, warnings)
     with _timed(timings, "verify_tf"), progress("verifying the rewritten graph in TF"):
-        reference = _run_all(model, samples)
-        rewritten_out = _run_all(rewritten, samples)
-        tf_cmp = _compare_rewritten(reference, rewritten_out, result.applied, len(samples))
+        tf_cmp = _compare_rewritten(ctx.reference, _run_all(rewritten, ctx.samples),
+                                    result.applied, len(ctx.samples))
     equivalence: dict[str, Any] = {"rewritten_tf": tf_cmp.to_json()}
     report["equivalence"] = equivalence
-
     files: dict[str, str] = {}
     with _timed(timings, "saved_model"), progress("writing the rewritten SavedModel"):
-        from rewriter.export.saved_model import export_saved_model
-
-        files["saved_model"] = export_saved_model(rewritten, outdir / "saved_model").path
-
-    artifact_ok, export = _export(rewritten, target, quantize, calibration, opts, outdir,
-                                  report, timings, progress)
-    art_cmp = None
+        files["saved_model"] = export_saved_model(rewritten, ctx.outdir / "saved_model").path
+    artifact_ok, export = _export(rewritten, target, ctx.quantize, ctx.calibration, ctx.opts,
+                                  ctx.outdir, report, timings, progress)
+    art_cmp, warnings = None, []
     if export is not None:
         files["artifact"] = export.path
-        warnings.extend(export.warnings)
+        warnings = list(export.warnings)
         with _timed(timings, "verify_artifact"), progress("running the artifact"):
-            art_cmp = _verify_artifact(export.path, target.artifact, quantize, model, samples,
-                                       reference)
+            art_cmp = _verify_artifact(export.path, target.artifact, ctx.quantize, ctx.model,
+                                       ctx.samples, ctx.reference)
         equivalence["artifact"] = art_cmp.to_json()
         equivalence["artifact"]["runtime"] = ("LiteRT" if target.artifact == "tflite"
                                               else "ONNX Runtime")
-
     ok = bool(artifact_ok and tf_cmp.ok and art_cmp is not None and art_cmp.ok)
-    report["ok"] = ok
-    report["summary"] = _summary(report, tf_cmp, art_cmp)
-    files.update({p.name: str(p) for p in write_reports(outdir, report)})
-    return JobResult(report, 0 if ok else 1, files)
+    return _Attempt(ok, report, files, warnings, tf_cmp, art_cmp)
+
+
+def _retry_plan(the_plan: Any, target: Any, quantize: str, exact_only: bool,
+                report: dict[str, Any]) -> dict[str, Any] | None:
+    """A second plan when the artifact still holds an op a planned rule was meant to remove.
+
+    The artifact op is traced back through the target's lowering table to the TF ops that
+    become it; a planned rule for such an op is replaced by the next rule for the same op that
+    the target can run (the converter re-fused the first one's output, or left it in float).
+    """
+    from rewriter.passes import Plan, rules_for_op, supports_tf_op
+
+    bad = {u["op"] for u in report.get("unsupported_after") or []}
+    if not bad:
+        return None
+    sources = {tf_op for tf_op in _lowering_sources(target) if set(target.lower(tf_op) or ()) & bad}
+    replaced: dict[str, str] = {}
+    fixes = []
+    for fix in the_plan.fixes:
+        fix = dict(fix)
+        if fix["op"] in sources and fix["rule"] not in replaced:
+            names = [r.name for r in rules_for_op(fix["op"])]
+            for rule in rules_for_op(fix["op"])[names.index(fix["rule"]) + 1:]:
+                if (exact_only and not rule.exact) or not all(
+                        supports_tf_op(target, e, quantize) for e in rule.emits):
+                    continue
+                replaced[fix["rule"]] = rule.name
+                fix.update(rule=rule.name, exact=rule.exact,
+                           bound=rule.bound.to_json() if rule.bound else None)
+                break
+        fixes.append(fix)
+    if not replaced:
+        return None
+    rules = [replaced.get(r, r) for r in the_plan.rules]
+    plan = Plan(the_plan.target, the_plan.quantize, the_plan.exact_only,
+                list(dict.fromkeys(rules)), fixes, the_plan.unfixable)
+    return {"plan": plan, "replaced": replaced, "because": sorted(bad),
+            "reason": "the exported artifact still held " + ", ".join(sorted(bad))
+            + " after the first plan; tried the next rule for the ops that become it"}
+
+
+def _lowering_sources(target: Any) -> list[str]:
+    from rewriter.targets import lowering
+
+    return list(lowering()["onnx" if target.artifact == "onnx" else "tflite"])
 
 
 # ------------------------------------------------------------------------------- steps
