@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef, make_const, parse_input
+from rewriter.graph import GraphIndex, NodeDef, parse_input
 from rewriter.rules.base import ADD_OPS, Builder, Match, dtype_of, static_value
 
 #: Abramowitz & Stegun 7.1.26: erf(z) = 1 - (a1 t + ... + a5 t^5) exp(-z^2), t = 1/(1 + p z).
@@ -38,8 +38,9 @@ _MAX_PRODUCT_NODES = 12
 def float_dtype_reason(node: NodeDef) -> str | None:
     """Why ``node`` is not a float op these rules handle, or None."""
     dt = dtype_of(node)
-    if dt not in FLOAT_DTYPES:
-        return f"dtype {dt} is not a float type (float16/32/64)"
+    if dt is None or dt not in FLOAT_DTYPES:  # (np.dtype("float64") == None is True)
+        name = "unknown to numpy (e.g. bfloat16)" if dt is None else str(dt)
+        return f"dtype {name} is not a float type (float16/32/64)"
     return None
 
 
@@ -54,7 +55,10 @@ def single_consumer(g: GraphIndex, node: NodeDef) -> bool:
 def scalar_const(g: GraphIndex, ref: str) -> float | None:
     """The value of ``ref`` when it is a constant scalar (through Cast/Identity), else None;
     NaN for a constant that is not a scalar."""
-    found = static_value(g, ref, limit=4)
+    try:
+        found = static_value(g, ref, limit=4)
+    except (KeyError, ValueError, TypeError):  # e.g. a Cast to bfloat16, which numpy lacks
+        return None
     if found is None:
         return None
     val = found[0]
@@ -62,11 +66,8 @@ def scalar_const(g: GraphIndex, ref: str) -> float | None:
 
 
 def fconst(b: Builder, suffix: str, value: float) -> str:
-    """A Const of the builder's float dtype. (``Builder.const`` stores float64 values as
-    float32 because ``make_const`` downcasts float64 when no dtype is given; float64 graphs
-    need the dtype passed through.)"""
-    arr = np.asarray(value, np.float64).astype(b.dtype)
-    return b._add(make_const(b._name(suffix), arr, dtype=b.dtype))
+    """A scalar Const of the builder's float dtype (float64 graphs keep float64 constants)."""
+    return b.const(suffix, np.float64(value), dtype=b.dtype)
 
 
 @dataclass
@@ -169,7 +170,7 @@ def match_gelu(g: GraphIndex, node: NodeDef) -> Match | None:
 def _gelu_factor(g: GraphIndex, x: str, ref: str) -> tuple[str, list[NodeDef]] | None:
     """The erfc(-x/sqrt2) or 1 + erf(x/sqrt2) or 1 + tanh(...) factor of a GELU of ``x``."""
     node = g.producer(ref)
-    if node is None or parse_input(ref)[1] != 0 or not single_consumer(g, node):
+    if node is None or parse_input(ref)[1] != 0:
         return None
     if node.op == "Erfc":
         lin = linear_of(g, node.input[0])
@@ -182,8 +183,6 @@ def _gelu_factor(g: GraphIndex, x: str, ref: str) -> tuple[str, list[NodeDef]] |
         c = scalar_const(g, one)
         fn = g.producer(inner)
         if c is None or not close(c, 1.0) or fn is None:
-            continue
-        if not single_consumer(g, fn):
             continue
         if fn.op == "Erf":
             lin = linear_of(g, fn.input[0])

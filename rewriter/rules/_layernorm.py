@@ -1,11 +1,13 @@
-"""Recognising layer normalization as Keras 3 freezes it (shared by the LayerNorm rules).
+"""Recognising layer normalization as Keras freezes it (shared by the LayerNorm rules).
 
 Keras 3 ``LayerNormalization`` (TF backend) becomes, with ``s = rsqrt(var + eps) [* gamma]``::
 
     mean = Mean(x, axes, keep_dims)          var = Mean(SquaredDifference(x, StopGradient(mean)))
     y    = x * s + (Neg(mean) * s [+ beta])
 
-matched from the final Add, every binary op in either input order, gamma/beta/eps constant.
+and tf_keras (when it does not use its fused path, e.g. epsilon < 1.001e-5 as in ConvNeXt) ends
+in ``y = x * s + (beta - mean * s)`` (``tf.nn.batch_normalization`` over ``tf.nn.moments``).
+Matched from the final Add, every binary op in either input order, gamma/beta/eps constant.
 """
 
 from __future__ import annotations
@@ -46,15 +48,13 @@ def match_layernorm(g: GraphIndex, root: NodeDef) -> LayerNorm | None:
         shift = _shift(g, c, scale_node)
         if shift is None:
             continue
-        neg, mul_neg, add_beta, beta = shift
-        mean = producer_op(g, neg.input[0], "Mean")
+        mean_ref, shift_nodes, beta = shift
+        mean = producer_op(g, mean_ref, "Mean")
         stats = _stats(g, x, mean, rsqrt) if mean is not None else None
         if stats is None:
             continue
         axes, eps, stat_nodes = stats
-        nodes = [root, mul_x, scale_node, rsqrt, neg, mul_neg, mean, *stat_nodes]
-        if add_beta is not None:
-            nodes.append(add_beta)
+        nodes = [root, mul_x, scale_node, rsqrt, *shift_nodes, mean, *stat_nodes]
         return LayerNorm(x, axes, eps, gamma, beta, list({n.name: n for n in nodes}.values()))
     return None
 
@@ -79,22 +79,36 @@ def _scaled_x(g: GraphIndex, ref: str):
 
 
 def _shift(g: GraphIndex, ref: str, scale_node: NodeDef):
-    """``Neg(mean) * s [+ beta]``: (neg, mul, add-beta node or None, beta or None)."""
-    add = producer_op(g, ref, tuple(ADD_OPS))
-    candidates = [(ref, None, None)]
-    if add is not None:
-        for m, b in commuted(add):
-            beta = static_value(g, b)
-            if beta is not None:
-                candidates.append((m, add, beta[0]))
-    for mref, add_node, beta in candidates:
+    """The shift term: ``Neg(mean) * s [+ beta]`` (Keras 3) or ``beta - mean * s``
+    (``tf.nn.batch_normalization``, tf_keras). Returns (mean tensor, nodes, beta or None)."""
+    def mean_times_s(mref: str, negated: bool):
         mul = producer_op(g, mref, "Mul")
         if mul is None:
-            continue
+            return None
         for n, s in commuted(mul):
+            if producer_op(g, s, scale_node.op) is not scale_node:
+                continue
+            if not negated:
+                return n, [mul]
             neg = producer_op(g, n, "Neg")
-            if neg is not None and producer_op(g, s, scale_node.op) is scale_node:
-                return neg, mul, add_node, beta
+            if neg is not None:
+                return neg.input[0], [mul, neg]
+        return None
+
+    sub = producer_op(g, ref, "Sub")
+    if sub is not None:
+        beta = static_value(g, sub.input[0])
+        got = mean_times_s(sub.input[1], False) if beta is not None else None
+        return None if got is None else (got[0], [sub, *got[1]], beta[0])
+    got = mean_times_s(ref, True)
+    if got is not None:
+        return got[0], got[1], None
+    add = producer_op(g, ref, tuple(ADD_OPS))
+    for m, b in commuted(add) if add is not None else ():
+        beta = static_value(g, b)
+        got = mean_times_s(m, True) if beta is not None else None
+        if got is not None:
+            return got[0], [add, *got[1]], beta[0]
     return None
 
 

@@ -9,7 +9,7 @@ the package that has ``RULES``, so adding a file is all the registration there i
 best in four parts, in this order::
 
     class EluExact(Rule):
-        '''ELU as relu(x) + (exp(min(x, 0)) - 1).         <- the identity, first line
+        '''ELU(x) = relu(x) + (exp(x - relu(x)) - 1), exact.     <- the identity, first line
 
         TF's ``Elu`` op has alpha = 1 (Keras wraps other alphas in a Select).
         '''
@@ -17,8 +17,9 @@ best in four parts, in this order::
         name = "elu_exact"                 # unique, snake_case, = the file name where possible
         anchors = frozenset({"Elu"})       # op types of the ROOT node (see below)
         fixes = frozenset({"Elu"})         # TF op types the rule removes
-        emits = frozenset({"Relu", "Minimum", "Exp", "AddV2"})   # TF op types it creates
+        emits = frozenset({"Relu", "Sub", "Exp", "AddV2"})   # TF op types it creates
         exact = True                       # or: exact = False; bound = Bound(2e-3, (-16, 0))
+        family = "elu"                     # alternatives share a family (see fixes/emits below)
 
         def pattern(self, g, node):        # 1. structure only: Match, or None (not this shape)
             return Match(root=node, nodes=[node], inputs={"x": node.input[0]})
@@ -30,9 +31,10 @@ best in four parts, in this order::
 
         def rewrite(self, g, m, b):        # 3. build the replacement; return its output tensor
             x = m.inputs["x"]
-            neg = b.op("Minimum", [x, b.const("zero", 0.0)], "neg_part")
+            pos = b.op("Relu", [x], "pos_part")
+            neg = b.op("Sub", [x, pos], "neg_part")           # min(x, 0), int8-safe (see below)
             em1 = b.op("AddV2", [b.op("Exp", [neg], "exp"), b.const("minus_one", -1.0)], "em1")
-            return b.op("AddV2", [b.op("Relu", [x], "pos_part"), em1], "out")
+            return b.op("AddV2", [pos, em1], "out")
 
     RULES = (EluExact(),)                  # 4. registration
 
@@ -67,13 +69,34 @@ The parts
   matched nodes and dead consts, and renames your output node to the root's name (so signature
   outputs and downstream names survive). New nodes are named ``<root>/<rule>/<suffix>`` and carry
   the attribute ``_rewriter_rule = <rule name>`` (provenance, :data:`RULE_ATTR`).
+* **int8.** Replacements should survive full-int8 conversion (check with
+  :func:`rewriter.rules.testing.int8_tflite`). Two traps measured: the converter leaves some ops
+  in float (ELU, NEG: ``DEQUANTIZE -> op -> QUANTIZE``), and MINIMUM/MAXIMUM share one
+  quantization scale between input and output, so ``Minimum(x, 0)`` on a tensor ``x`` that
+  other ops also read clips x to [lo, 0] for all of them (int8 ELU error 1.0); write
+  ``x - relu(x)`` instead.
 * **Exactness.** ``exact = True`` means the replacement computes the same function up to float32
   rounding (tests hold it to 1e-5 relative). Otherwise ``exact = False`` and
   ``bound = Bound(max_abs_error, (lo, hi))``: the largest |new - old| over inputs in [lo, hi]
   (measured in float64 over a dense grid, stated in the docstring, enforced by the test).
-* **fixes / emits.** The planner picks a rule for an op the target lacks when the op is in
-  ``fixes`` and every op in ``emits`` is supported by the target; exact rules first, then the
-  smallest bound. Keep ``emits`` complete: an op missing from it could slip past the op table.
+* **fixes / emits / family.** The planner picks a rule for an op the target lacks when the op is
+  in ``fixes`` and every op in ``emits`` is supported by the target: per ``family`` (rules that
+  are alternatives for one another, e.g. ``family = "elu"`` for elu_exact and elu_no_exp) the
+  best exact one; an approximate rule (smallest bound first) only when no exact rule fits. Keep
+  ``emits`` complete: an op missing from it could slip past the op table. ``priority`` orders
+  equally exact rules, ``order`` the application when several are planned.
+
+Helpers for patterns (all O(pattern size), never a graph scan)
+-------------------------------------------------------------
+
+* ``g.producer(ref)``, ``g.consumers(name)``, ``g.const_value(ref)`` (:class:`GraphIndex`);
+* :func:`producer_op` (producer of a data edge if its op is one of ``ops``), :func:`commuted`
+  (input orders to try), :func:`const_operand` (the non-constant input and the constant of a
+  binary node), :func:`dtype_of`;
+* :func:`static_value` evaluates a constant subgraph with numpy (Identity, Reshape, Rsqrt, Mul,
+  Shape of a static tensor, StridedSlice, Pack, Fill, ...) and names the nodes it went through:
+  use it for weights that are not a bare Const (Keras 3 biases are Reshape/Squeeze of one);
+* :func:`tensor_shape` gives a tensor's static shape from TF's shape inference (cached per graph).
 
 Testing a rule (``tests/rules/test_<rule>.py``)
 -----------------------------------------------
@@ -102,6 +125,7 @@ from rewriter.graph import (
     make_const,
     make_node,
     node_dtype,
+    np_dtype,
     parse_input,
     tf_dtype,
 )
@@ -217,7 +241,7 @@ class Builder:
 
     def const(self, suffix: str, value: Any, dtype: Any = None) -> str:
         """A new Const holding ``value`` (cast to ``dtype``, default the builder's float type)."""
-        arr = np.asarray(value, dtype=np.float64 if dtype is None else None)
+        arr = np.asarray(value)
         arr = arr.astype(self.dtype if dtype is None else np.dtype(dtype))
         return self._add(_fast_const(self._name(suffix), arr))
 
@@ -256,6 +280,9 @@ class Rule:
     priority: ClassVar[int] = 0
     #: Application order when several rules are planned (lower runs first).
     order: ClassVar[int] = 100
+    #: Rules of one family are alternatives (the planner takes the best that fits); rules of
+    #: different families complement each other. Empty = a family of its own.
+    family: ClassVar[str] = ""
 
     # ----------------------------------------------------------- to override
     def pattern(self, g: GraphIndex, node: NodeDef) -> Match | Reject | None:
@@ -370,33 +397,81 @@ def is_scalar_like(value: np.ndarray | None) -> bool:
     return value is not None and value.size == 1
 
 
+class _NotStatic(Exception):
+    """An op configuration the numpy evaluator does not handle."""
+
+
+def _ints(a: np.ndarray) -> list[int]:
+    return [int(v) for v in np.ravel(a)]
+
+
 def _squeeze(node: NodeDef, a: np.ndarray) -> np.ndarray:
     dims = tuple(node.attr["squeeze_dims"].list.i) if "squeeze_dims" in node.attr else ()
     return np.squeeze(a, axis=dims or None)
 
 
-_UNARY = {
-    "Identity": lambda n, a: a, "Snapshot": lambda n, a: a, "Neg": lambda n, a: -a,
-    "Rsqrt": lambda n, a: 1.0 / np.sqrt(a), "Sqrt": lambda n, a: np.sqrt(a),
-    "Reciprocal": lambda n, a: 1.0 / a, "Square": lambda n, a: a * a,
-    "Squeeze": _squeeze, "Cast": lambda n, a: a,
+def _cast(node: NodeDef, a: np.ndarray) -> np.ndarray:
+    dt = np_dtype(node.attr["DstT"].type)
+    return a.astype(np.float64) if dt.kind == "f" else a.astype(dt)
+
+
+def _strided_slice(node: NodeDef, x: np.ndarray, begin: np.ndarray, end: np.ndarray,
+                   strides: np.ndarray) -> np.ndarray:
+    if node.attr["ellipsis_mask"].i or node.attr["new_axis_mask"].i:
+        raise _NotStatic("ellipsis/new-axis masks")
+    bm, em, sm = (node.attr[k].i for k in ("begin_mask", "end_mask", "shrink_axis_mask"))
+    index: list[Any] = []
+    for i, (b0, e0, st) in enumerate(zip(_ints(begin), _ints(end), _ints(strides), strict=True)):
+        if sm >> i & 1:
+            index.append(b0)
+        else:
+            index.append(slice(None if bm >> i & 1 else b0, None if em >> i & 1 else e0, st))
+    return np.asarray(x[tuple(index)])
+
+
+def _reduce(fn):
+    def run(node: NodeDef, a: np.ndarray, axes: np.ndarray) -> np.ndarray:
+        return fn(a, axis=tuple(_ints(axes)) or None, keepdims=node.attr["keep_dims"].b)
+    return run
+
+
+def _out(fn):
+    """Adapt ``fn(*args)`` to the evaluator's ``(node, *args)`` calling convention."""
+    return lambda node, *args: fn(*args)
+
+
+_EVAL: dict[str, Any] = {
+    "Identity": _out(lambda a: a), "Snapshot": _out(lambda a: a), "Neg": _out(np.negative),
+    "Rsqrt": _out(lambda a: 1.0 / np.sqrt(a)), "Sqrt": _out(np.sqrt),
+    "Reciprocal": _out(lambda a: 1.0 / a), "Square": _out(np.square),
+    "Squeeze": _squeeze, "Cast": _cast,
+    "Mul": _out(np.multiply), "Add": _out(np.add), "AddV2": _out(np.add),
+    "Sub": _out(np.subtract), "RealDiv": _out(np.divide), "FloorDiv": _out(np.floor_divide),
+    "Maximum": _out(np.maximum), "Minimum": _out(np.minimum),
+    "Reshape": _out(lambda a, s: np.reshape(a, tuple(_ints(s)))),
+    "ExpandDims": _out(lambda a, d: np.expand_dims(a, _ints(d)[0])),
+    "StridedSlice": _strided_slice,
+    "Pack": lambda n, *xs: np.stack(xs, axis=n.attr["axis"].i),
+    "ConcatV2": _out(lambda *xs: np.concatenate(xs[:-1], axis=_ints(xs[-1])[0])),
+    "Fill": _out(lambda dims, v: np.full(tuple(_ints(dims)), v)),
+    "GatherV2": lambda n, p, i, ax: np.take(p, i, axis=_ints(ax)[0]),
+    "Range": _out(lambda a, b, d: np.arange(a, b, d)),
+    "Prod": _reduce(np.prod), "Sum": _reduce(np.sum),
 }
-_BINARY = {
-    "Mul": np.multiply, "Add": np.add, "AddV2": np.add, "Sub": np.subtract,
-    "RealDiv": np.divide, "Maximum": np.maximum, "Minimum": np.minimum,
-    "Reshape": lambda a, s: np.reshape(a, tuple(int(v) for v in np.ravel(s))),
-    "ExpandDims": lambda a, d: np.expand_dims(a, int(np.ravel(d)[0])),
-}
+#: Ops whose value is their input's static shape (no need for the input's value).
+_SHAPE_OF = {"Shape": lambda s: np.asarray(s), "Size": lambda s: np.asarray(np.prod(s)),
+             "Rank": lambda s: np.asarray(len(s))}
 
 
 def static_value(g: GraphIndex, ref: str, limit: int = 64
                  ) -> tuple[np.ndarray, list[str]] | None:
-    """Evaluate ``ref`` with numpy when it depends on constants only.
+    """Evaluate ``ref`` with numpy when it depends on constants (and static shapes) only.
 
-    Follows Const, Identity, Reshape/Squeeze/ExpandDims and elementwise arithmetic (Rsqrt, Mul,
-    AddV2, Sub, Neg, ...), at most ``limit`` nodes. Float results are float64 (so folded weights
-    are computed in float64 and cast once). Returns (value, names of the non-Const nodes
-    evaluated) or None when something non-constant is reached.
+    Follows Const, Identity, Reshape/Squeeze/ExpandDims, elementwise arithmetic (Rsqrt, Mul,
+    AddV2, Sub, Neg, ...) and shape plumbing (Shape of a statically shaped tensor, StridedSlice,
+    Pack, ConcatV2, Prod, Fill, GatherV2, Range, Cast), at most ``limit`` nodes. Float results
+    are float64 (so folded weights are computed in float64 and cast once). Returns (value, names
+    of the non-Const nodes evaluated) or None when something non-constant is reached.
     """
     memo: dict[str, np.ndarray] = {}
     visited: list[str] = []
@@ -410,23 +485,31 @@ def static_value(g: GraphIndex, ref: str, limit: int = 64
             return None
         if name in memo:
             return memo[name]
+        refs = [i for i in node.input if not i.startswith("^")]
         if node.op == "Const":
             val = const_to_array(node)
             val = val.astype(np.float64) if val.dtype.kind == "f" else val
-        else:
-            refs = [i for i in node.input if not i.startswith("^")]
-            table = _UNARY if len(refs) == 1 else _BINARY if len(refs) == 2 else {}
-            if node.op not in table:
+        elif node.op in _SHAPE_OF and refs:
+            shape = tensor_shape(g, refs[0])
+            if shape is None or any(d is None for d in shape):
                 return None
+            val = _SHAPE_OF[node.op](shape).astype(np_dtype(node.attr["out_type"].type))
+            visited.append(name)
+        elif node.op in _EVAL:
             args = []
             for i in refs:
                 a = ev(i)
                 if a is None:
                     return None
                 args.append(a)
-            val = table[node.op](node, args[0]) if len(refs) == 1 else table[node.op](*args)
+            try:
+                val = _EVAL[node.op](node, *args)
+            except (_NotStatic, ValueError, IndexError, TypeError):
+                return None
             if node.op not in ("Identity", "Snapshot"):
                 visited.append(name)
+        else:
+            return None
         memo[name] = np.asarray(val)
         return memo[name]
 

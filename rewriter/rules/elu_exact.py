@@ -1,7 +1,8 @@
 """ELU as ``relu(x) + (exp(min(x, 0)) - 1)``: exact, for targets that have Exp but not ELU.
 
 For x > 0 the second term is exp(0) - 1 = 0, and for x <= 0 relu(x) = 0, so the sum is ELU with
-alpha = 1 (TF's ``Elu`` op has no alpha; Keras wraps other alphas around it in a Select).
+alpha = 1. TF's ``Elu`` op has no alpha; Keras 3 ``ELU(alpha)`` freezes as
+``SelectV2(Greater(x, 0), Elu(x), alpha * Elu(x))``, matched whole: the second term times alpha.
 
 The int8-friendly form: ``min(x, 0)`` is computed as ``x - relu(x)`` (exact in float: x - x = 0
 for x > 0). A ``Minimum(x, 0)`` would make the TFLite quantizer give x the output range of the
@@ -16,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from rewriter.graph import GraphIndex, NodeDef
+from rewriter.rules._elu import ELU_ANCHORS, match_elu
 from rewriter.rules.base import Builder, Match, Reject, Rule, dtype_of
 
 
@@ -23,13 +25,17 @@ class EluExact(Rule):
     """ELU(x) = relu(x) + (exp(x - relu(x)) - 1), exact."""
 
     name = "elu_exact"
-    anchors = frozenset({"Elu"})
-    fixes = frozenset({"Elu"})
-    emits = frozenset({"Relu", "Sub", "Exp", "AddV2"})
+    anchors = ELU_ANCHORS
+    fixes = frozenset({"Elu", "SelectV2", "Greater"})
+    family = "elu"
+    emits = frozenset({"Relu", "Sub", "Exp", "AddV2", "Mul"})
     exact = True
 
     def pattern(self, g: GraphIndex, node: NodeDef) -> Match | None:
-        return Match(root=node, nodes=[node], inputs={"x": node.input[0]})
+        elu = match_elu(g, node)
+        if elu is None:
+            return None
+        return Match(root=node, nodes=elu.nodes, inputs={"x": elu.x}, extra={"alpha": elu.alpha})
 
     def check(self, g: GraphIndex, m: Match) -> Reject | None:
         dt = dtype_of(m.root)
@@ -43,6 +49,8 @@ class EluExact(Rule):
         neg = b.op("Sub", [x, pos], "neg_part")  # = min(x, 0), see module docstring
         exp = b.op("Exp", [neg], "exp")
         em1 = b.op("AddV2", [exp, b.const("minus_one", -1.0)], "exp_minus_one")
+        if m.extra["alpha"] != 1.0:
+            em1 = b.op("Mul", [em1, b.const("alpha", m.extra["alpha"])], "times_alpha")
         return b.op("AddV2", [pos, em1], "out")
 
 

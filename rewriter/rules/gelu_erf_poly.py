@@ -24,9 +24,13 @@ class GeluErfPoly(Rule):
 
     name = "gelu_erf_poly"
     anchors = frozenset({"Mul"})
-    fixes = frozenset({"Erfc", "Erf"})
+    #: Mul: the graph-level check reports a Keras 3 GELU as its final Mul, which the converter
+    #: turns into GELU (the Erfc is absorbed into it).
+    fixes = frozenset({"Erfc", "Erf", "Mul"})
     emits = frozenset({"Abs", "Relu", "Mul", "AddV2", "Rsqrt", "Exp"})
     exact = False
+    family = "gelu"
+    order = 90  # before erf_poly, which would otherwise take the Erf(c) out of the GELU
     bound = Bound(2.2e-7, (-12.0, 12.0), "float64; float32 evaluation adds its rounding")
 
     def pattern(self, g: GraphIndex, node: NodeDef) -> Match | None:

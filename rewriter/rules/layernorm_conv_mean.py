@@ -22,6 +22,7 @@ class LayerNormConvMean(Rule):
     name = "layernorm_conv_mean"
     anchors = LN_ANCHORS
     fixes = LN_FIXES | {"Mean"}
+    family = "layernorm"
     emits = frozenset({"Conv2D", "Sub", "Mul", "Rsqrt", "AddV2"})
     exact = True
     priority = 1  # prefer layernorm_decompose where the target can reduce depth

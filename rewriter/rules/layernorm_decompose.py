@@ -21,6 +21,7 @@ class LayerNormDecompose(Rule):
     name = "layernorm_decompose"
     anchors = LN_ANCHORS
     fixes = LN_FIXES
+    family = "layernorm"
     emits = frozenset({"Mean", "Sub", "Mul", "Rsqrt", "AddV2"})
     exact = True
 
