@@ -78,9 +78,33 @@ def read_tflite(path: Path) -> Artifact:
     for f, op in zip(ops, sg.operators, strict=True):
         f.boundary = ((f.op == "QUANTIZE" and any(t in sg.inputs for t in op.inputs))
                       or (f.op == "DEQUANTIZE" and any(t in sg.outputs for t in op.outputs)))
+    _mark_float_islands(sg, ops)
     io = {"inputs": sg.inputs, "outputs": sg.outputs}
     sig = {k: [_tensor_json(sg.tensors[t], types) for t in v] for k, v in io.items()}
     return Artifact(str(path), "tflite", ops, None, sig["inputs"], sig["outputs"])
+
+
+def _mark_float_islands(sg: Any, ops: list[OpFacts]) -> None:
+    """Name the float op each mid-graph DEQUANTIZE feeds (or QUANTIZE drains)."""
+    producer: dict[int, int] = {}
+    consumers: dict[int, list[int]] = {}
+    for i, op in enumerate(sg.operators):
+        for t in op.outputs if op.outputs is not None else []:
+            producer[int(t)] = i
+        for t in op.inputs if op.inputs is not None else []:
+            consumers.setdefault(int(t), []).append(i)
+    for i, (f, op) in enumerate(zip(ops, sg.operators, strict=True)):
+        if f.boundary or f.op not in ("QUANTIZE", "DEQUANTIZE") or f.out_dtype == f.dtype:
+            continue
+        if f.op == "DEQUANTIZE":
+            near = [j for t in op.outputs for j in consumers.get(int(t), [])]
+        else:
+            near = [producer[int(t)] for t in op.inputs if int(t) in producer]
+        names = [ops[j].op for j in near if j != i and ops[j].op not in ("QUANTIZE",
+                                                                        "DEQUANTIZE")]
+        if names:
+            f.related_op = names[0]
+            f.note = f"float island around {names[0]}"
 
 
 def _tensor_json(t: Any, types: dict[int, str]) -> dict[str, Any]:

@@ -89,13 +89,21 @@ class RulePass:
             if node is None:
                 continue
             for rule in self._by_op.get(node.op, ()):
-                m = rule.match(g, node)
+                m = _match_one(g, rule, node, self.name)
                 if isinstance(m, Reject):
                     result.rejected.append(m)
                 elif isinstance(m, Match):
                     result.applied.append(_apply_one(g, rule, m, protected, self.name))
                     break
         return result
+
+
+def _match_one(g: GraphIndex, rule: Rule, node: Any, pass_name: str) -> Match | Reject | None:
+    try:
+        return rule.match(g, node)
+    except Exception as exc:  # a rule bug: name it
+        raise RuleError(f"pass {pass_name}: rule {rule.name} failed matching node {node.name} "
+                        f"({node.op}): {type(exc).__name__}: {exc}") from exc
 
 
 def _apply_one(g: GraphIndex, rule: Rule, m: Match, protected: set[str],
@@ -236,7 +244,8 @@ def supports_tf_op(target: Any, op: str, quantize: str) -> bool:
 class Plan:
     """Which rules to run, in order, and what stays unfixable.
 
-    ``fixes``: ``[{op, count, reason, rule, exact, bound}]``; ``unfixable``: ``[{op, count,
+    ``fixes``: ``[{op, count, reason, rule, also, exact, bound}]`` (``rule`` the best, ``also``
+    complementary rules planned for the same op); ``unfixable``: ``[{op, count,
     reason, why}]`` (never dropped: ``why`` says whether no rule exists, a rule emits ops the
     target also lacks, or only approximate rules exist and ``exact_only`` refused them).
     """
@@ -268,14 +277,15 @@ def plan(model: Model, target: Any, quantize: str, exact_only: bool = False) -> 
     cache: dict[str, tuple[bool, str | None]] = {}
     fixes, unfixable, chosen = [], [], []
     for op, (count, reason) in lacking.items():
-        rule, why = _choose(op, target, quantize, exact_only, cache)
-        if rule is None:
+        rules, why = _choose(op, target, quantize, exact_only, cache)
+        if not rules:
             unfixable.append({"op": op, "count": count, "reason": reason, "why": why})
             continue
-        fixes.append({"op": op, "count": count, "reason": reason, "rule": rule.name,
-                      "exact": rule.exact, "bound": rule.bound.to_json() if rule.bound else None})
-        if rule.name not in chosen:
-            chosen.append(rule.name)
+        best = rules[0]
+        fixes.append({"op": op, "count": count, "reason": reason, "rule": best.name,
+                      "also": [r.name for r in rules[1:]], "exact": best.exact,
+                      "bound": best.bound.to_json() if best.bound else None})
+        chosen.extend(r.name for r in rules if r.name not in chosen)
     ordered = sorted((r for r in all_rules() if r.name in chosen),
                      key=lambda r: (r.order, r.sort_key()))
     return Plan(getattr(target, "name", str(target)), quantize, exact_only,
@@ -307,23 +317,36 @@ def _op_histogram(model: Model) -> dict[str, int]:
 
 
 def _choose(op: str, target: Any, quantize: str, exact_only: bool,
-            cache: dict[str, tuple[bool, str | None]]) -> tuple[Rule | None, str]:
+            cache: dict[str, tuple[bool, str | None]]) -> tuple[list[Rule], str]:
+    """The rules to run for ``op`` (best first), or ([], why none fits).
+
+    Per rule family (``Rule.family``; alternatives such as elu_exact / elu_no_exp share one),
+    the best exact rule whose ``emits`` the target runs; families complement each other (fold
+    BN into the conv where possible, Mul+Add elsewhere). Only when no exact rule fits: the
+    single best approximate one, unless ``exact_only``.
+    """
     candidates = rules_for_op(op)
     if not candidates:
-        return None, "no rule removes this op"
+        return [], "no rule removes this op"
     missing: list[str] = []
+    exact: dict[str, Rule] = {}
+    approx: Rule | None = None
     for rule in candidates:
-        lacking = sorted(e for e in rule.emits if not _cached(cache, target, e, quantize))
+        lacking = sorted(e for e in rule.emits
+                         if e not in PLUMBING_OPS and not _cached(cache, target, e, quantize))
         if lacking:
             missing.append(f"{rule.name} emits {', '.join(lacking)}")
-            continue
-        if exact_only and not rule.exact:
+        elif rule.exact:
+            exact.setdefault(rule.family or rule.name, rule)
+        elif exact_only:
             missing.append(f"{rule.name} is approximate (max abs error "
                            f"{rule.bound.max_abs_error if rule.bound else '?'}) and "
                            "--exact-only refuses it")
-            continue
-        return rule, ""
-    return None, "; ".join(missing)
+        elif approx is None:
+            approx = rule
+    if exact:
+        return list(exact.values()), ""
+    return ([approx], "") if approx is not None else ([], "; ".join(missing))
 
 
 def _cached(cache: dict[str, tuple[bool, str | None]], target: Any, op: str,

@@ -51,6 +51,8 @@ class JobOptions:
     int8_io: bool | None = None  # None: int8 I/O when the target is an int8 accelerator
     input_ranges: dict[str, tuple[float, float]] = field(default_factory=dict)  # synthetic data
     run_vela: bool = True
+    check_each_rule: bool = False  # compare outputs after every rule (names a breaking rule)
+    divergence_samples: int = 2  # samples for the intermediate-tensor comparison
 
 
 @dataclass
@@ -108,6 +110,9 @@ def run_job(model: Model, target: Any, outdir: Path, options: JobOptions | None 
     report["summary"] = _summary(report, attempt.tf_cmp, attempt.art_cmp)
     files = dict(attempt.files)
     files.update({p.name: str(p) for p in write_reports(outdir, report)})
+    from rewriter.report_html import write_html
+
+    files["report.html"] = str(write_html(outdir, report))
     return JobResult(report, 0 if attempt.ok else 1, files)
 
 
@@ -153,27 +158,64 @@ def _attempt(ctx: _Context, the_plan: Any) -> _Attempt:
         after_graph = target.check_graph(rewritten, ctx.quantize)
     report["unsupported_rewritten_graph"] = _with_fixes(after_graph.unsupported_summary())
     with _timed(timings, "verify_tf"), progress("verifying the rewritten graph in TF"):
-        tf_cmp = _compare_rewritten(ctx.reference, _run_all(rewritten, ctx.samples),
-                                    result.applied, len(ctx.samples))
+        rewritten_out = _run_all(rewritten, ctx.samples)
+        tf_cmp = _compare_rewritten(ctx.reference, rewritten_out, result.applied,
+                                    len(ctx.samples))
     equivalence: dict[str, Any] = {"rewritten_tf": tf_cmp.to_json()}
     report["equivalence"] = equivalence
+    warnings: list[str] = []
+    report["plots"] = _numeric_diagnostics(ctx, the_plan, result, rewritten, rewritten_out,
+                                           warnings)
     files: dict[str, str] = {}
     with _timed(timings, "saved_model"), progress("writing the rewritten SavedModel"):
         files["saved_model"] = export_saved_model(rewritten, ctx.outdir / "saved_model").path
     artifact_ok, export = _export(rewritten, target, ctx.quantize, ctx.calibration, ctx.opts,
                                   ctx.outdir, report, timings, progress)
-    art_cmp, warnings = None, []
+    art_cmp = None
     if export is not None:
+        from rewriter.report_html import error_histograms
+
         files["artifact"] = export.path
-        warnings = list(export.warnings)
+        warnings.extend(export.warnings)
         with _timed(timings, "verify_artifact"), progress("running the artifact"):
-            art_cmp = _verify_artifact(export.path, target.artifact, ctx.quantize, ctx.model,
-                                       ctx.samples, ctx.reference)
+            art_cmp, art_out = _verify_artifact(export.path, target.artifact, ctx.quantize,
+                                                ctx.model, ctx.samples, ctx.reference)
+        report["plots"]["histograms"]["artifact"] = error_histograms(ctx.reference, art_out)
         equivalence["artifact"] = art_cmp.to_json()
         equivalence["artifact"]["runtime"] = ("LiteRT" if target.artifact == "tflite"
                                               else "ONNX Runtime")
     ok = bool(artifact_ok and tf_cmp.ok and art_cmp is not None and art_cmp.ok)
     return _Attempt(ok, report, files, warnings, tf_cmp, art_cmp)
+
+
+def _numeric_diagnostics(ctx: _Context, the_plan: Any, result: Any, rewritten: Model,
+                         rewritten_out: dict[str, np.ndarray],
+                         warnings: list[str]) -> dict[str, Any]:
+    """Error histograms, the first diverging node, and (opt-in) a check after every rule."""
+    from rewriter.report_html import error_histograms
+    from rewriter.verify.divergence import first_divergence
+
+    plots: dict[str, Any] = {
+        "histograms": {"rewritten_tf": error_histograms(ctx.reference, rewritten_out)}}
+    if result.applied:
+        with _timed(ctx.timings, "first_divergence"), ctx.progress(
+                "comparing intermediate tensors"):
+            div = first_divergence(ctx.model, rewritten, ctx.samples, result.applied,
+                                   max_samples=ctx.opts.divergence_samples)
+        plots["divergence"] = div.to_json()
+        if not div.ok:
+            warnings.append(div.describe())
+    if ctx.opts.check_each_rule and the_plan.rules:
+        from rewriter.verify.per_rule import check_each_rule, first_failure
+
+        with _timed(ctx.timings, "check_each_rule"), ctx.progress("checking after each rule"):
+            checks = check_each_rule(ctx.model, the_plan.rules,
+                                     ctx.samples[: ctx.opts.divergence_samples])
+        plots["per_rule"] = [c.to_json() for c in checks]
+        bad = first_failure(checks)
+        if bad is not None:
+            warnings.append(bad.describe())
+    return plots
 
 
 def _retry_plan(the_plan: Any, target: Any, quantize: str, exact_only: bool,
@@ -385,7 +427,7 @@ def _wants_int8_io(target: Any) -> bool:
 
 def _verify_artifact(path: str, kind: str, quantize: str, model: Model,
                      samples: list[dict[str, np.ndarray]], reference: dict[str, np.ndarray]
-                     ) -> Any:
+                     ) -> tuple[Any, dict[str, np.ndarray]]:
     from rewriter.verify.metrics import compare, stack_samples
     from rewriter.verify.runners import LiteRTRunner, OnnxRunner, rename_outputs
 
@@ -400,13 +442,13 @@ def _verify_artifact(path: str, kind: str, quantize: str, model: Model,
         cmp = compare(reference, outs, atol=float("inf"), rtol=0.0, min_cosine=INT8_MIN_COSINE,
                       samples=len(samples))
         cmp.notes.append(f"int8 artifact vs float original: pass is cosine >= {INT8_MIN_COSINE}")
-        return cmp
+        return cmp, outs
     rtol = FLOAT16_ARTIFACT_RTOL if quantize == "float16" else FLOAT_ARTIFACT_RTOL
     cmp = compare(reference, outs, atol={k: rtol * s for k, s in scale.items()}, rtol=rtol,
                   samples=len(samples))
     cmp.notes.append(f"{quantize} artifact vs original: tolerance {rtol:g} relative to the "
                      "output's scale")
-    return cmp
+    return cmp, outs
 
 
 def _summary(report: dict[str, Any], tf_cmp: Any, art_cmp: Any) -> str:

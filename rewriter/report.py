@@ -81,6 +81,9 @@ def render_markdown(r: dict[str, Any]) -> str:
                              f"{_num(m.get('rtol'))} | {_num(m.get('needed_atol'))} | "
                              f"{m.get('ok')} |")
             lines += [""] + [f"- {n}" for n in cmp.get("notes", [])] + [""]
+    div = (r.get("plots") or {}).get("divergence")
+    if div:
+        lines += ["", "## First divergence (intermediate tensors)", "", div["summary"] + "."]
     for key, title in (("artifact", "Artifact"), ("vela", "Vela"), ("edgetpu", "Edge TPU")):
         if r.get(key):
             lines += ["", f"## {title}", "", "```json", json.dumps(r[key], indent=2,

@@ -64,6 +64,7 @@ class OpFacts:
     custom: bool = False
     boundary: bool = False  # QUANTIZE of a graph input / DEQUANTIZE of a graph output
     note: str | None = None
+    related_op: str | None = None  # the float op a mid-graph (DE)QUANTIZE exists for
 
 
 def _wxh(pair: tuple[int, int]) -> str:
@@ -286,6 +287,7 @@ class OpVerdict:
     reason: str | None = None
     observed: str | None = None
     placement: str = "accelerator"  # accelerator | cpu | none (folded away)
+    related_op: str | None = None  # the float op a mid-graph (DE)QUANTIZE exists for
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -328,9 +330,11 @@ class GraphCheck:
                 continue
             key = (v.op, v.reason or "")
             g = groups.setdefault(key, {"op": v.op, "target_op": v.target_op, "count": 0,
-                                        "reason": v.reason, "fix": None, "nodes": []})
+                                        "reason": v.reason, "fix": None, "nodes": [],
+                                        "related_op": v.related_op})
             g["count"] += 1
-            g["nodes"].append(v.node)
+            if len(g["nodes"]) < 20:
+                g["nodes"].append(v.node)
         return sorted(groups.values(), key=lambda g: (-g["count"], g["op"]))
 
     def table(self) -> list[dict[str, Any]]:
@@ -573,9 +577,11 @@ class Target:
             return OpVerdict(facts.node, source, facts.op, True, EDGE_REASON, None, "cpu")
         if facts.op == FLEX or facts.custom or not self.has_op(facts.op):
             target_op = None if facts.op == FLEX else facts.op
-            return OpVerdict(facts.node, source, target_op, False,
-                             self.missing_reason(facts.op, facts.source_op, facts.custom),
-                             None, "cpu")
+            reason = self.missing_reason(facts.op, facts.source_op, facts.custom)
+            if facts.related_op:
+                reason += f" ({facts.note})"
+            return OpVerdict(facts.node, source, target_op, False, reason, None, "cpu",
+                             facts.related_op)
         for c in self.constraints_for(facts.op):
             hit = c.violation(facts)
             if hit is not None:
@@ -583,7 +589,7 @@ class Target:
                 if facts.note and c.kind == "dtypes":
                     reason += f" ({facts.note})"
                 return OpVerdict(facts.node, source, facts.op, False, f"{facts.op}: {reason}",
-                                 observed, "cpu")
+                                 observed, "cpu", facts.related_op)
         return OpVerdict(facts.node, source, facts.op, True)
 
     def lower(self, tf_op: str) -> list[str] | None:
@@ -672,9 +678,8 @@ def _float_ops_in_int8() -> set[str]:
 
 def _tf_level_dtype(target_op: str, tf_dtype: str | None, quantize: str, artifact: str) -> str:
     """The dtype a target op will compute in after conversion with ``quantize``."""
-    if tf_dtype is None or artifact == "onnx" or quantize != "int8":
-        return tf_dtype or "float32"
-    if tf_dtype != "float32":
+    tf_dtype = tf_dtype or "float32"
+    if artifact == "onnx" or quantize != "int8" or tf_dtype != "float32":
         return tf_dtype
     return "float32" if target_op in _float_ops_in_int8() else "int8"
 
@@ -827,6 +832,12 @@ def graph_facts(model: Model, target: Target, quantize: str) -> list[OpFacts]:
         lowered = target.lower(node.op)
         if node.name in fused:
             lowered = [fused[node.name][0]]
+        elif tflite and node.op in ("StatefulPartitionedCall", "PartitionedCall"):
+            lowered = _call_lowering(index, node, target)
+            live = [r for r in node.input if not r.startswith("^")
+                    and r.split(":")[0] not in consts]
+            if live:
+                base.input_shape = shapes.get(_tensor_name(live[0]))
         elif tflite and node.op in ("RealDiv", "Div") and _const_input(node, consts, 1):
             lowered = ["MUL"]
         if lowered is None:
@@ -894,7 +905,49 @@ def _converter_fusions(index: Any, consts: set[str]) -> dict[str, tuple[str, str
                 for n in (*absorbed, relu6, add):
                     out[n.name] = ("", note)
                 break
+    _gelu_fusions(index, live_inputs, single, out)
     return out
+
+
+def _gelu_fusions(index: Any, live_inputs: Callable[[Any], list[str]],
+                  single: Callable[..., Any], out: dict[str, tuple[str, str]]) -> None:
+    """Keras 3 GELU, 0.5x * erfc(-x / sqrt 2): the converter emits one GELU op."""
+    for erfc in list(index):
+        if erfc.op != "Erfc" or len(live_inputs(erfc)) != 1:
+            continue
+        scale = single(live_inputs(erfc)[0], ("Mul", "RealDiv"))
+        neg = scale and len(live_inputs(scale)) == 1 and single(live_inputs(scale)[0], ("Neg",))
+        after = index.consumers(erfc.name)
+        if not neg or len(after) != 1 or after[0].op != "Mul":
+            continue
+        head, x = after[0], live_inputs(neg)[0]
+        others = [n for n in live_inputs(head) if n != erfc.name]
+        half = single(others[0], ("Mul",)) if len(others) == 1 else None
+        if half is None or live_inputs(half) != [x]:
+            continue
+        note = f"fused into GELU at {head.name} by the converter"
+        out[head.name] = ("GELU", "")
+        for n in (half, neg, scale, erfc):
+            out[n.name] = ("", note)
+
+
+def _call_lowering(index: Any, node: Any, target: Target) -> list[str] | None:
+    """Ops emitted for a function call node (the converter inlines the function body)."""
+    from rewriter.model import PLUMBING_OPS
+
+    name = node.attr["f"].func.name
+    fn = next((f for f in index.library.function if f.signature.name == name), None)
+    if fn is None:
+        return None
+    ops: list[str] = []
+    for body in fn.node_def:
+        if body.op in PLUMBING_OPS or body.op == "Const":
+            continue
+        lowered = target.lower(body.op)
+        if lowered is None:
+            return None
+        ops += lowered
+    return ops
 
 
 def _infer_shapes(model: Model) -> dict[str, Shape]:

@@ -73,7 +73,8 @@ def test_edgetpu_artifact_is_full_int8_and_matches(edgetpu_run):
 
 def test_edgetpu_outdir_holds_every_output(edgetpu_run):
     _, out = edgetpu_run
-    for name in ("model.tflite", "report.json", "report.md", "saved_model/saved_model.pb"):
+    for name in ("model.tflite", "report.json", "report.md", "report.html",
+                 "saved_model/saved_model.pb"):
         assert (out / name).exists(), name
     md = (out / "report.md").read_text()
     assert "Result: OK" in md and "elu_no_exp" in md and "Vela" not in md
@@ -95,9 +96,12 @@ def test_rewritten_saved_model_computes_the_original(edgetpu_run, calibration):
 
 def test_ethos_u55_puts_every_operator_on_the_npu(tmp_path, cli):
     code, _, _ = cli(SAMPLES["checkpoint"], "--target", "ethos-u55-128", "-o", tmp_path, "-q",
-                     "--calibration", CALIB)
+                     "--calibration", CALIB, "--check-each-rule")
     report = _report(tmp_path)
     assert code == 0, report["summary"]
+    # every applied rule was checked on its own, and no intermediate tensor left its bound
+    assert [c["rule"] for c in report["plots"]["per_rule"]] == report["plan"]["rules"]
+    assert report["plots"]["divergence"]["ok"] is True
     assert report["vela"]["cpu_ops"] == 0 and report["vela"]["npu_ops"] > 0
     assert list(tmp_path.glob("*_vela.tflite")) and list(tmp_path.glob("*_summary_*.csv"))
     assert float(report["vela"]["summary"]["inference_time"]) > 0

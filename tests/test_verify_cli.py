@@ -144,3 +144,80 @@ def test_tflm_flag_runs_the_tflite_in_tflite_micro(cli, files):
     code, out, _ = cli("verify", files["keras"], files["float"], "--tflm", "--samples", "2")
     assert code == 0, out
     assert "candidate  tflm:" in out
+
+
+def test_int8_mismatch_says_to_compare_on_cosine(cli, files):
+    code, out, _ = cli("verify", files["keras"], files["int8"], "--samples", "2")
+    assert code == 1 and "is quantized" in out and "--min-cosine 0.99" in out
+    code, out, _ = cli("verify", files["keras"], files["float"], "--samples", "2")
+    assert code == 0 and "is quantized" not in out
+
+
+def test_html_page_has_a_histogram_per_output(cli, files, tmp_path):
+    page = tmp_path / "sub" / "cmp.html"
+    code, out, _ = cli("verify", files["keras"], files["int8"], "--samples", "3",
+                       "--min-cosine", "0.99", "--html", page)
+    assert code == 0, out
+    assert f"html       {page}" in out
+    text = page.read_text()
+    assert 'data-plot="histogram" data-stage="candidate" data-output="logits"' in text
+    assert "rewrite verify: model.keras vs int8.tflite" in text and "<script" not in text
+    assert 'data-total="9"' in text  # 3 samples x 3 logits
+
+
+def test_html_needs_an_html_file_name(cli, files, tmp_path):
+    code, _, err = cli("verify", files["keras"], files["float"], "--html", tmp_path)
+    assert code == 2 and err.startswith("error: --html")
+
+
+def test_sample_model_and_its_tflite_match_on_the_calibration_data(cli, samples, tmp_path):
+    model = load_model(samples["keras"])
+    tflite = export_tflite(model, tmp_path / "model.tflite").path
+    calib = samples["keras"].parent / "calibration.npy"
+    code, out, _ = cli("verify", samples["keras"], tflite, "--inputs", calib,
+                       "--html", tmp_path / "v.html")
+    assert code == 0, out
+    assert "4 sample(s), " in out and (tmp_path / "v.html").is_file()
+
+
+@pytest.fixture(scope="module")
+def rewritten(samples, tmp_path_factory):
+    """The tf_keras sample (fused BN) and a SavedModel of it with BN folded and ELU rewritten."""
+    from rewriter.export.saved_model import export_saved_model
+    from rewriter.passes import apply_rules
+
+    d = tmp_path_factory.mktemp("rewritten")
+    result = apply_rules(load_model(samples["h5_tfkeras"]),
+                         ["batchnorm_fold_into_conv", "elu_exact"])
+    assert {a["rule"] for a in result.applied} == {"batchnorm_fold_into_conv", "elu_exact"}
+    return {"a": samples["h5_tfkeras"], "b": export_saved_model(result.model, d / "sm").path,
+            "roots": [a["root"] for a in result.applied]}
+
+
+def test_first_divergence_and_each_rule_on_a_correct_rewrite(cli, rewritten, tmp_path):
+    code, out, _ = cli("verify", rewritten["a"], rewritten["b"], "--samples", "2",
+                       "--first-divergence", "--check-each-rule", "--html", tmp_path / "v.html")
+    assert code == 0, out
+    assert "inside     no divergence:" in out
+    assert "per rule   1. batchnorm_fold_into_conv at " in out
+    assert "per rule   2. elu_exact at " in out
+    page = (tmp_path / "v.html").read_text()
+    assert 'data-plot="node-errors"' in page and "Outputs after each rule" in page
+
+
+def test_check_each_rule_names_a_broken_bn_fold_and_its_node(cli, rewritten, monkeypatch):
+    from tests.test_per_rule import break_bn_epsilon
+
+    break_bn_epsilon(monkeypatch)
+    code, out, _ = cli("verify", rewritten["a"], rewritten["b"], "--samples", "2",
+                       "--check-each-rule", "--json")
+    data = json.loads(out)
+    assert code == 1 and data["ok"] is True  # B itself matches; re-applying the rule breaks
+    bad = [c for c in data["per_rule"] if not c["ok"] and c["node"]]
+    assert bad[0]["rule"] == "batchnorm_fold_into_conv"
+    assert bad[0]["node"] == rewritten["roots"][0]
+
+
+def test_inside_checks_need_two_tf_models(cli, files):
+    code, _, err = cli("verify", files["keras"], files["float"], "--first-divergence")
+    assert code == 2 and "--first-divergence needs two TF models" in err

@@ -38,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--float-io", action="store_true",
                         help="keep float input/output in int8 models (default for int8 "
                         "accelerators: int8 I/O, so no QUANTIZE/DEQUANTIZE runs on the CPU)")
+    parser.add_argument("--check-each-rule", action="store_true",
+                        help="compare outputs after every applied rule; a mismatch names the "
+                        "rule and the node")
     parser.add_argument("--no-vela", action="store_true", help="do not run Vela for Ethos-U")
     parser.add_argument("--json", action="store_true", help="print report.json to stdout")
 
@@ -56,13 +59,14 @@ def run(args: argparse.Namespace, ui: Any) -> int:
                          quantize=args.quantize, exact_only=args.exact_only,
                          calibration=args.calibration, inputs=args.verify_inputs,
                          samples=max(1, args.samples), run_vela=not args.no_vela,
-                         int8_io=False if args.float_io else None)
+                         int8_io=False if args.float_io else None,
+                         check_each_rule=args.check_each_rule)
     result = run_job(model, target, outdir, options, progress=ui.step)
     if ui.json_mode:
         ui.json(result.report)
     else:
         ui.out(("OK: " if result.exit_code == 0 else "NOT OK: ") + result.report["summary"])
-        for key in ("artifact", "saved_model", "report.md"):
+        for key in ("artifact", "saved_model", "report.md", "report.html"):
             if key in result.files:
                 ui.out(f"  {key}: {result.files[key]}")
         for w in result.report.get("warnings", []):

@@ -5,12 +5,20 @@ A is the reference, B the model checked against it; each may be any supported fo
 Both run on the same samples (``--inputs`` file or image directory, else seeded synthetic data);
 every output is compared with per-output tolerances, and a mismatch prints the tolerance that
 would have been needed. Exit 0 match, 1 mismatch, 2 bad usage or input.
+
+When A and B are both TF models (say ``model.keras`` and the ``out/saved_model`` that
+``rewrite run`` wrote), ``--first-divergence`` compares every intermediate tensor by node name
+(:mod:`rewriter.verify.divergence`) and ``--check-each-rule`` re-applies the rules recorded in
+B's provenance to A one at a time (:mod:`rewriter.verify.per_rule`); a divergence or a breaking
+rule also exits 1. ``--html`` writes the comparison as a page with |B - A| histograms
+(:mod:`rewriter.report_html`).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 from typing import Any
 
 from rewriter.errors import UserError
@@ -42,6 +50,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tflm", action="store_true",
                         help="run .tflite files in TFLite Micro instead of LiteRT")
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    x = parser.add_argument_group("inside the graphs (A and B TF models, e.g. model.keras and "
+                                  "the out/saved_model that `rewrite run` wrote)")
+    x.add_argument("--first-divergence", action="store_true",
+                   help="compare every intermediate tensor of A and B by node name and report "
+                        "the first node out of its bound, and the rule that produced it (exit 1 "
+                        "when one is)")
+    x.add_argument("--check-each-rule", action="store_true",
+                   help="re-apply to A, one at a time, the rules recorded in B's provenance, "
+                        "comparing outputs after each; names the rule and node that break them "
+                        "(exit 1 when one does)")
+    parser.add_argument("--html", metavar="FILE.html",
+                        help="also write a self-contained HTML page: metrics and |B - A| "
+                             "histograms per output")
     g = parser.add_argument_group("loading TF models")
     g.add_argument("--signature", help="SavedModel signature (default: serving_default)")
     g.add_argument("--graph-inputs", metavar="NAMES",
@@ -59,6 +80,9 @@ def run(args: argparse.Namespace, ui: Any) -> int:
 
     if args.samples < 1:
         raise UserError("--samples must be at least 1")
+    if args.html and (not args.html.lower().endswith((".html", ".htm"))
+                      or Path(args.html).is_dir()):
+        raise UserError(f"--html {args.html!r}: give a file name ending in .html")
     with ui.step(f"loading {args.reference} and {args.candidate}"):
         ref, cand = _load(args.reference, args), _load(args.candidate, args)
     in_how = _check_inputs(ref, cand)
@@ -74,13 +98,24 @@ def run(args: argparse.Namespace, ui: Any) -> int:
     result = compare(ref_out, cand_out, atol=atol, rtol=rtol, min_cosine=min_cos,
                      samples=len(samples))
     result.notes += [f"inputs matched {in_how}", f"outputs matched {out_how}"]
+    quantized = [r.path for r in (ref, cand) if _quantized(r)]
+    if quantized and not (args.atol or args.rtol or args.min_cosine):
+        result.notes.append(f"{', '.join(quantized)} is quantized: element-wise float "
+                            "tolerances measure quantization error; for it, pass "
+                            "--min-cosine 0.99")
     report = {**result.to_json(), "reference": ref.describe(), "candidate": cand.describe(),
               "data": source}
+    if args.first_divergence or args.check_each_rule:
+        _inside(args, ui, ref, cand, samples, report)
+    if args.html:
+        report["html"] = str(_write_html(args.html, report, result, ref_out, cand_out))
     if ui.json_mode:
         ui.json(report)
     else:
-        _print(ui, ref, cand, source, result)
-    return 0 if result.ok else 1
+        _print(ui, ref, cand, source, result, report)
+    inside_ok = (report.get("divergence") or {}).get("ok", True) and all(
+        c["ok"] for c in report.get("per_rule", []))
+    return 0 if result.ok and inside_ok else 1
 
 
 def _load(path: str, args: argparse.Namespace) -> Any:
@@ -96,6 +131,47 @@ def _load(path: str, args: argparse.Namespace) -> Any:
                           input_shapes=parse_input_shapes(args.input_shape),
                           unsafe=args.unsafe)
     return load_any(path, options, tflite_runtime="tflm" if args.tflm else "litert")
+
+
+def _inside(args: argparse.Namespace, ui: Any, ref: Any, cand: Any, samples: list[dict],
+            report: dict[str, Any]) -> None:
+    """--first-divergence / --check-each-rule: report["divergence"] / report["per_rule"]."""
+    from rewriter.verify.divergence import first_divergence, rules_from_provenance
+    from rewriter.verify.per_rule import check_each_rule
+
+    a, b = getattr(ref, "model", None), getattr(cand, "model", None)
+    if a is None or b is None:
+        flag = "--first-divergence" if args.first_divergence else "--check-each-rule"
+        raise UserError(f"{flag} needs two TF models (.keras, .h5, SavedModel, .pb), not "
+                        f"{ref.describe()} and {cand.describe()}")
+    if args.first_divergence:
+        with ui.step("comparing the intermediate tensors of both graphs"):
+            report["divergence"] = first_divergence(a, b, samples).to_json()
+    if args.check_each_rule:
+        rules = _recorded_rules(rules_from_provenance(b, a))
+        with ui.step(f"re-applying {len(rules)} recorded rule(s) one at a time"):
+            checks = check_each_rule(a, rules, samples[:4]) if rules else []
+        report["per_rule"] = [c.to_json() for c in checks]
+        report["per_rule_rules"] = [r.name for r in rules]
+
+
+def _recorded_rules(apps: list[dict[str, Any]]) -> list[Any]:
+    """The distinct rules of ``apps`` that this installation knows, in plan order."""
+    from rewriter.rules import all_rules
+
+    names = {a["rule"] for a in apps}
+    return sorted((r for r in all_rules() if r.name in names),
+                  key=lambda r: (r.order, r.sort_key()))
+
+
+def _quantized(runner: Any) -> bool:
+    """Whether a runner runs a quantized ``.tflite`` (any int8/uint8/int16 tensor)."""
+    interp = getattr(runner, "interp", None)
+    if interp is None:
+        return False
+    kinds = ("int8", "uint8", "int16")
+    return any(getattr(d["dtype"], "__name__", str(d["dtype"])) in kinds
+               for d in interp.get_tensor_details())
 
 
 def _check_inputs(ref: Any, cand: Any) -> str:
@@ -158,6 +234,34 @@ def _tolerances(items: list[str], flag: str, names: list[str]) -> dict[str, floa
     return tol
 
 
+def _write_html(path: str, report: dict[str, Any], result: Any, ref_out: dict,
+                cand_out: dict) -> Path:
+    """The comparison as ``report.html`` (see :mod:`rewriter.report_html`) at ``path``."""
+    from rewriter.report_html import error_histograms, write_html
+
+    out = Path(path)
+    data = report["data"]
+    page = {"title": f"rewrite verify: {Path(report['reference'].split(':', 1)[-1]).name} vs "
+                     f"{Path(report['candidate'].split(':', 1)[-1]).name}",
+            "ok": result.ok,
+            "summary": f"reference {report['reference']}; candidate {report['candidate']}; "
+                       f"{data['samples']} sample(s) from {data['source']}; "
+                       + "; ".join(result.notes),
+            "equivalence": {"candidate": result.to_json()},
+            "plots": {"histograms": {"candidate": error_histograms(ref_out, cand_out)}}}
+    for key in ("divergence", "per_rule"):
+        if report.get(key) is not None:
+            page["plots"][key] = report[key]
+    try:
+        return write_html(out.parent, page, name=out.name)
+    except OSError as exc:
+        raise UserError(f"--html {path}: cannot write it ({exc.strerror or exc})") from None
+
+
+def _as_float(v: Any) -> float:
+    return float(v)  # JSON writes inf as "inf"
+
+
 def _fmt(x: float) -> str:
     return f"{x:.3g}" if math.isfinite(x) else str(x)
 
@@ -170,7 +274,8 @@ def _fmt_up(x: float) -> str:
     return f"{math.ceil(x / step - 1e-9) * step:.3g}"
 
 
-def _print(ui: Any, ref: Any, cand: Any, source: dict[str, Any], result: Any) -> None:
+def _print(ui: Any, ref: Any, cand: Any, source: dict[str, Any], result: Any,
+           report: dict[str, Any]) -> None:
     ui.out(f"reference  {ref.describe()}")
     ui.out(f"candidate  {cand.describe()}")
     ui.out(f"data       {source['samples']} sample(s), {source['source']}; "
@@ -186,6 +291,20 @@ def _print(ui: Any, ref: Any, cand: Any, source: dict[str, Any], result: Any) ->
         ui.out("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     for o in result.failing():
         ui.out(_why(o))
+    div = report.get("divergence")
+    if div is not None:
+        ui.out(f"inside     {div['summary']}")
+    if "per_rule" in report:
+        checks = report["per_rule"]
+        if not checks:
+            ui.out("per rule   B records no rewrite rule")
+        for c in checks:
+            where = c["node"] or f"{len(c['roots'])} node(s)"
+            state = "ok" if c["ok"] else (f"ERROR {c['error']}" if c["error"] else "MISMATCH")
+            ui.out(f"per rule   {c['step']}. {c['rule']} at {where}: {state} (max abs "
+                   f"{_fmt(_as_float(c['max_abs_error']))}; {c['tolerance']})")
+    if "html" in report:
+        ui.out(f"html       {report['html']}")
     ui.out("match" if result.ok else "MISMATCH")
 
 

@@ -253,7 +253,7 @@ class Builder:
         ``dtype="same"`` uses the builder's dtype for attr ``T``; pass ``dtype_attr=None`` for ops
         without a ``T`` attr, and other attrs (e.g. ``strides``, ``padding``) in ``attrs``.
         """
-        dt = self.dtype if dtype == "same" else dtype
+        dt = self.dtype if isinstance(dtype, str) and dtype == "same" else dtype
         node = make_node(op, self._name(suffix or op.lower()), inputs, attrs, dt, dtype_attr)
         return self._add(node)
 

@@ -1,0 +1,239 @@
+"""``rewrite check MODEL --target T``: what the target lacks, why, and which rule would fix it.
+
+Two levels, with the same op table: the TF graph (what the converter is predicted to emit) and
+the exported artifact (the model is exported to a temp dir, never next to the input; a ``.tflite``
+or ``.onnx`` given as MODEL is checked directly). The artifact decides ``ok``. For Ethos-U
+targets Vela is run on the exported file and its placement overrides the table; disagreements
+are reported. For the Edge TPU the cut point (first unsupported op) is reported.
+
+Exit codes: 0 when the target lacks nothing the model uses; 1 when unsupported ops remain (the
+check ran; the report says which); 2 for bad usage or bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HELP = "report which ops a target lacks, why, and which rule would fix them (exit 1 if any)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from rewriter.commands._common import add_model_arguments
+
+    add_model_arguments(parser)
+    parser.add_argument("--target", "-t", required=True, help="target name (see `rewrite targets`)")
+    parser.add_argument("--quantize", choices=("int8", "float16", "none"),
+                        help="TFLite quantization to check for (default: the target's)")
+    parser.add_argument("--opset", type=int, help="ONNX opset (ONNX targets; default 17)")
+    parser.add_argument("--graph-only", action="store_true",
+                        help="check the TF graph only (no export; the verdict is a prediction)")
+    parser.add_argument("--no-vela", action="store_true", help="do not run Vela (Ethos-U)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _fix_for(op: str, prefer: str | None = None) -> str | None:
+    """The rewrite rule that would fix TF op ``op``, or None (no rule, or no rule catalogue).
+
+    ``prefer`` picks, among the rules for ``op``, one whose name contains it (e.g. the rule for
+    the hard-swish pattern among those removing ``RealDiv``).
+    """
+    try:
+        from rewriter.passes import rule_for_op
+    except ImportError:
+        return None
+    if prefer:
+        try:
+            from rewriter.passes import rules_for_op
+
+            named = [r.name for r in rules_for_op(op) if prefer in r.name]
+            if named:
+                return named[0]
+        except ImportError:
+            pass
+    rule = rule_for_op(op)
+    if rule is None:
+        return None
+    return getattr(rule, "name", None) or str(rule)
+
+
+def run(args: argparse.Namespace, ui: Any) -> int:
+    from rewriter.targets import load_target
+
+    target = load_target(args.target, args.opset)
+    if Path(args.model).suffix == ".onnx" and args.opset is None and target.artifact == "onnx":
+        from rewriter.artifact import read_artifact
+
+        target = load_target(args.target, read_artifact(args.model).opset)  # the file's opset
+    quantize = target.resolve_quantize(args.quantize)
+    result = check_model(args, target, quantize, ui)
+    if ui.json_mode:
+        ui.json(result)
+    else:
+        _print(result, ui)
+    return 0 if result["ok"] else 1
+
+
+def check_model(args: argparse.Namespace, target: Any, quantize: str, ui: Any) -> dict[str, Any]:
+    """Run the levels that apply and assemble the result object (what ``--json`` prints)."""
+    path = Path(args.model)
+    result: dict[str, Any] = {"target": target.name, "title": target.title,
+                              "source": target.source, "input": str(path), "quantize": quantize,
+                              "opset": target.opset, "graph": None, "artifact": None,
+                              "vela": None, "vela_disagreements": [], "export_error": None}
+    if path.suffix in (".tflite", ".onnx") and path.is_file():
+        art = _check_artifact(target, str(path), args, ui, result)
+        return _decide(result, art, None)
+    from rewriter.commands._common import load_from_args
+
+    with ui.step(f"loading {args.model}"):
+        model = load_from_args(args)
+    graph = target.check_graph(model, quantize)
+    result["graph"] = _level_json(graph)
+    if args.graph_only:
+        return _decide(result, None, graph)
+    art = None
+    with tempfile.TemporaryDirectory(prefix="rewrite_check_") as tmp:
+        exported = _export(model, target, quantize, Path(tmp), ui, result)
+        if exported is not None:
+            art = _check_artifact(target, exported, args, ui, result)
+    return _decide(result, art, graph)
+
+
+def _export(model: Any, target: Any, quantize: str, tmp: Path, ui: Any,
+            result: dict[str, Any]) -> str | None:
+    from rewriter.export import ExportError
+
+    try:
+        if target.artifact == "onnx":
+            from rewriter.export.onnx import export_onnx
+
+            with ui.step(f"exporting ONNX (opset {target.opset})"):
+                res = export_onnx(model, tmp / "model.onnx", opset=target.opset)
+        else:
+            from rewriter.export.tflite import export_tflite
+
+            with ui.step(f"exporting TFLite ({quantize})"):
+                res = export_tflite(model, tmp / "model.tflite", quantize=quantize)
+    except ExportError as exc:
+        result["export_error"] = exc.to_json()
+        return None
+    result["export"] = {"format": res.format, "size": res.size, "warnings": list(res.warnings)}
+    return res.path
+
+
+def _check_artifact(target: Any, path: str, args: argparse.Namespace, ui: Any,
+                    result: dict[str, Any]) -> Any:
+    check = target.check_artifact(path)
+    if target.vela_config and not getattr(args, "no_vela", False):
+        from rewriter.vela import reconcile, run_vela
+
+        with ui.step(f"running Vela ({target.vela_config})"):
+            vela = run_vela(path, target.vela_config)
+        result["vela_disagreements"] = reconcile(check, vela)
+        result["vela"] = vela.to_json()
+    result["artifact"] = _level_json(check)
+    return check
+
+
+def _level_json(check: Any) -> dict[str, Any]:
+    out = check.to_json()
+    for u in out["unsupported"]:
+        u["fix"] = _fix_for_target_op(u) or (_fix_for(u["op"]) if check.level == "graph"
+                                             else None)
+    out["table"] = check.table()
+    return out
+
+
+def _fix_for_target_op(entry: dict[str, Any]) -> str | None:
+    """Artifact ops are target ops: find the TF ops that lower to it and ask for their rule."""
+    from rewriter.targets import lowering
+
+    op = entry.get("related_op") or entry.get("target_op") or entry["op"]
+    if op.startswith("Flex"):
+        return _fix_for(op[len("Flex"):])
+    for tf_op in lowering().get("fused_from", {}).get(op, []):
+        fix = _fix_for(tf_op, prefer=op.lower())
+        if fix:
+            return fix
+    for section in ("tflite", "onnx"):
+        for tf_op, emitted in lowering()[section].items():
+            if emitted == [op]:
+                fix = _fix_for(tf_op)
+                if fix:
+                    return fix
+    return None
+
+
+def _decide(result: dict[str, Any], art: Any, graph: Any) -> dict[str, Any]:
+    """The artifact decides; with no artifact (graph only, or export failed) the graph does."""
+    if result.get("export_error"):
+        err = result["export_error"]
+        decided = result["graph"]
+        result["ok"] = False
+        result["level"] = "graph (export failed)"
+        unsupported = list(decided["unsupported"]) if decided else []
+        if not unsupported:
+            unsupported = [{"op": op, "count": 1, "reason": err["message"], "fix": _fix_for(op)}
+                           for op in err["ops"] or ["export"]]
+        result["unsupported"] = unsupported
+        result["cut"] = decided["cut"] if decided else None
+        return result
+    decided = result["artifact"] if art is not None else result["graph"]
+    result["level"] = "artifact" if art is not None else "graph"
+    result["ok"] = bool(decided["ok"])
+    result["unsupported"] = decided["unsupported"]
+    result["cut"] = decided["cut"]
+    result["percent_on_accelerator"] = decided["percent_on_accelerator"]
+    return result
+
+
+# ----------------------------------------------------------------------------- printing
+def _print(result: dict[str, Any], ui: Any) -> None:
+    ui.out(f"Target: {result['title']} ({result['target']}); quantize: {result['quantize']}"
+           + (f"; opset {result['opset']}" if result.get("opset") else ""))
+    for level in ("graph", "artifact"):
+        data = result.get(level)
+        if data:
+            _print_level(level, data, ui)
+    if result.get("export_error"):
+        ui.out(f"\nExport failed: {result['export_error']['message']}")
+    if result.get("vela"):
+        v = result["vela"]
+        t = v["summary"].get("inference_time")
+        ui.out(f"\nVela ({v['config']}): NPU operators = {v['npu_ops']}, CPU operators = "
+               f"{v['cpu_ops']}" + (f", estimated inference time {float(t) * 1e3:.2f} ms"
+                                     if t else ""))
+        for d in result["vela_disagreements"]:
+            ui.out(f"  table and Vela disagree on {d['op']} ({d['node']}): table "
+                   f"{d['table']}, Vela {d['vela']} {'; '.join(d['vela_reasons'])}")
+    verdict = "OK: the target runs every op" if result["ok"] else (
+        f"NOT OK: {sum(u['count'] for u in result['unsupported'])} unsupported op(s)")
+    ui.out(f"\n{verdict} (decided on the {result['level']})")
+
+
+def _print_level(level: str, data: dict[str, Any], ui: Any) -> None:
+    title = "TF graph (predicted)" if level == "graph" else "Exported artifact"
+    ui.out(f"\n{title}:")
+    fixes = {(u.get("target_op") or u["op"], u["reason"]): u["fix"] for u in data["unsupported"]}
+    rows = [("Operator", "Count", "Status", "Reason", "Fix")]
+    for r in data["table"]:
+        fix = ""
+        if r["status"] == "Not supported":
+            fix = fixes.get((r["op"], r["reason"])) or "no rule"
+        rows.append((r["op"], str(r["count"]), r["status"], r["reason"] or "", fix))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        ui.out("  " + "  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True))
+               + ("  " + row[4] if row[4] else ""))
+    ui.out(f"  {data['ops_on_accelerator']} of {data['ops_total']} ops on the accelerator "
+           f"({data['percent_on_accelerator']}%)")
+    cut = data.get("cut")
+    if cut:
+        ui.out(f"  cut at the first unsupported op {cut['op']} ({cut['node']}): "
+               f"{cut['mapped_before']} ops mapped before it, {cut['cpu_after']} on the CPU "
+               "from it on")
+    for note in data.get("notes", []):
+        ui.out(f"  note: {note}")

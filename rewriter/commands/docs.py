@@ -1,0 +1,52 @@
+"""``rewrite docs``: regenerate ``docs/targets/*.md`` from the op tables (``--check``: verify).
+
+The pages are generated, never edited, so they cannot drift from the tables; ``--check`` exits 1
+and names the stale pages when a table changed without ``rewrite docs`` being run.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+HELP = "regenerate docs/targets/*.md from op_tables/ (--check: fail if they are stale)"
+
+DOCS_DIR = Path(__file__).resolve().parent.parent.parent / "docs" / "targets"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 if a page differs from its table")
+    parser.add_argument("--out", default=str(DOCS_DIR), help="directory (default: docs/targets)")
+
+
+def stale_pages(out: Path) -> list[str]:
+    """Pages under ``out`` that are missing or differ from what the tables generate."""
+    from rewriter.targets import docs_files
+
+    stale = []
+    for name, text in docs_files().items():
+        page = out / name
+        if not page.is_file() or page.read_text() != text:
+            stale.append(name)
+    return stale
+
+
+def run(args: argparse.Namespace, ui: Any) -> int:
+    from rewriter.fsutil import atomic_write_bytes
+    from rewriter.targets import docs_files
+
+    out = Path(args.out)
+    if args.check:
+        stale = stale_pages(out)
+        for name in stale:
+            ui.out(f"stale: {out / name} (run `rewrite docs`)")
+        if not stale:
+            ui.out(f"{out}: up to date")
+        return 1 if stale else 0
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in docs_files().items():
+        atomic_write_bytes(out / name, text.encode())
+        ui.out(f"wrote {out / name}")
+    return 0

@@ -1,0 +1,256 @@
+"""The pass manager and the planner: fixed points, graph checks that name the failing rule,
+target-gated rule choice (exact first, bounds when nothing exact fits, --exact-only), ops that
+stay unfixable, and linear scaling of matching and rewriting."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from rewriter.errors import RuleError
+from rewriter.passes import (
+    PassManager,
+    RulePass,
+    apply,
+    apply_rules,
+    plan,
+    rule_for_op,
+    rules_for_op,
+)
+from rewriter.rules import all_rules, get_rule
+from rewriter.rules.base import Builder, Match, Rule
+from rewriter.rules.testing import conv_bn_elu_chain, model_from_function, op_types
+
+BASIC = {"Conv2D", "Relu", "Sub", "AddV2", "Mul", "BiasAdd", "Maximum", "Minimum", "Mean",
+         "Rsqrt", "Exp"}
+
+
+class FakeTarget:
+    """Supports exactly ``ops`` (op type level), like ``Target.tf_op_status``."""
+
+    def __init__(self, ops, name="fake"):
+        self.ops, self.name = set(ops), name
+
+    def supports_tf_op(self, op, quantize):
+        return op in self.ops
+
+
+def _elu_model():
+    w = np.ones((1, 1, 2, 2), "f4")
+    return model_from_function(lambda x: tf.nn.elu(tf.nn.conv2d(x, w, 1, "SAME")), [(1, 4, 4, 2)])
+
+
+def test_planner_picks_the_exact_elu_rule_when_the_target_has_exp():
+    p = plan(_elu_model(), FakeTarget(BASIC), "none")
+    assert p.rules == ["elu_exact"]
+    assert p.fixes == [{"op": "Elu", "count": 1, "reason": "Elu is not supported", "also": [],
+                        "rule": "elu_exact", "exact": True, "bound": None}]
+    assert p.unfixable == []
+
+
+def test_planner_falls_back_to_the_bounded_elu_without_exp():
+    p = plan(_elu_model(), FakeTarget(BASIC - {"Exp"}), "int8")
+    assert p.rules == ["elu_no_exp"]
+    assert p.fixes[0]["exact"] is False and p.fixes[0]["bound"]["max_abs_error"] == 1.1e-3
+
+
+def test_exact_only_refuses_the_approximation_and_reports_the_op():
+    p = plan(_elu_model(), FakeTarget(BASIC - {"Exp"}), "int8", exact_only=True)
+    assert p.rules == []
+    [item] = p.unfixable
+    assert item["op"] == "Elu" and item["count"] == 1
+    assert "elu_exact emits Exp" in item["why"] and "--exact-only" in item["why"]
+
+
+def test_an_op_no_rule_removes_is_reported_never_dropped():
+    model = model_from_function(lambda x: tf.math.cumsum(x), [(5,)])
+    p = plan(model, FakeTarget(BASIC), "none")
+    assert p.unfixable == [{"op": "Cumsum", "count": 1, "reason": "Cumsum is not supported",
+                            "why": "no rule removes this op"}]
+
+
+def test_planner_uses_node_level_check_graph_when_the_target_has_one():
+    class NodeLevel(FakeTarget):
+        def check_graph(self, model, quantize):
+            from types import SimpleNamespace as NS
+            verdicts = [NS(op=n.op, supported=n.op != "Elu", reason="no ELU kernel")
+                        for n in model.graph_def.node]
+            return NS(verdicts=verdicts)
+
+    p = plan(_elu_model(), NodeLevel(BASIC | {"Elu"}), "none")
+    assert p.rules == ["elu_exact"] and p.fixes[0]["reason"] == "no ELU kernel"
+
+
+def test_apply_runs_the_plan_and_lists_rule_nodes_matched_and_created():
+    model = _elu_model()
+    result = apply(model, plan(model, FakeTarget(BASIC), "none"))
+    assert "Elu" not in op_types(result.model)
+    [a] = result.applied
+    assert a["rule"] == "elu_exact" and a["nodes"] == [a["root"]]
+    assert a["root"] in a["created"] and len(a["created"]) == 6
+
+
+def test_rule_for_op_names_the_best_exact_rule():
+    assert rule_for_op("Elu") == "elu_exact"
+    assert [r.name for r in rules_for_op("Elu")][:2] == ["elu_exact", "elu_no_exp"]
+    assert rule_for_op("FusedBatchNormV3") == "batchnorm_fold_into_conv"
+    assert rule_for_op("NoSuchOp") is None
+
+
+def test_catalogue_is_sorted_exact_first_and_every_rule_is_complete():
+    rules = all_rules()
+    assert [r.sort_key() for r in rules] == sorted(r.sort_key() for r in rules)
+    for r in rules:
+        assert r.name and r.anchors and r.fixes and r.emits, r.name
+        assert r.exact or r.bound is not None, r.name
+        assert get_rule(r.name) is r
+
+
+class _Dangling(Rule):
+    """Relu(x) -> a tensor that does not exist (a broken rule)."""
+
+    name = "dangling_test_rule"
+    anchors = fixes = frozenset({"Relu"})
+    emits = frozenset({"Relu"})
+
+    def pattern(self, g, node):
+        return Match(root=node, nodes=[node], inputs={"x": node.input[0]})
+
+    def rewrite(self, g, m: Match, b: Builder) -> str:
+        return "ghost_tensor"
+
+
+class _Forever(_Dangling):
+    """Relu(x) -> Relu(x): always matches again."""
+
+    name = "forever_test_rule"
+
+    def rewrite(self, g, m: Match, b: Builder) -> str:
+        return b.op("Relu", [m.inputs["x"]], "again")
+
+
+def _relu_model():
+    return model_from_function(lambda x: tf.nn.relu(x) * 2.0, [(3,)])
+
+
+def test_invalid_graph_names_the_pass_and_the_rule():
+    with pytest.raises(RuleError, match="pass dangling_test_rule left an invalid graph.*"
+                                        "ghost_tensor.*rules applied in it: dangling_test_rule"):
+        apply_rules(_relu_model(), [_Dangling()])
+
+
+def test_a_rule_that_never_settles_stops_after_bounded_iterations():
+    with pytest.raises(RuleError, match="still changing the graph after 3 iterations"):
+        PassManager([RulePass([_Forever()])], max_iterations=3).run(_relu_model())
+
+
+def test_passes_reach_a_fixed_point_and_tf_can_import_the_result():
+    result = PassManager([RulePass([get_rule("batchnorm_fold_into_conv")]),
+                          RulePass([get_rule("elu_exact")])], import_with_tf=True
+                         ).run(conv_bn_elu_chain(3))
+    assert result.iterations == 2  # one that changes, one that confirms nothing is left
+    assert result.rule_counts() == {"batchnorm_fold_into_conv": 3, "elu_exact": 3}
+
+
+def test_chain_rewrite_is_exact_against_the_original():
+    model = conv_bn_elu_chain(4)
+    after = apply_rules(model, ["batchnorm_fold_into_conv", "elu_exact"]).model
+    assert not {"FusedBatchNormV3", "Elu"} & set(op_types(after))
+    x = np.random.default_rng(0).uniform(-2, 2, (1, 8, 8, 4)).astype("f4")
+    want = model.run({"input": x})["output"]
+    np.testing.assert_allclose(after.run({"input": x})["output"], want, rtol=1e-5,
+                               atol=1e-5 * np.abs(want).max())
+
+
+def _seconds_per_node(blocks: int) -> float:
+    model = conv_bn_elu_chain(blocks)
+    target = FakeTarget(BASIC - {"FusedBatchNormV3", "Elu"} | {"Conv2D"})
+    best = float("inf")
+    for _ in range(2):
+        start = time.process_time()  # CPU time: robust to other processes on the machine
+        result = apply(model, plan(model, target, "none"))
+        best = min(best, time.process_time() - start)
+    assert len(result.applied) == 2 * blocks
+    return best / len(model.graph_def.node)
+
+
+def test_planning_and_rewriting_time_per_node_stays_flat_from_2k_to_8k_nodes():
+    small, large = _seconds_per_node(250), _seconds_per_node(1000)  # 2,001 and 8,001 nodes
+    assert large / small < 1.6, f"per-node time grew {large / small:.2f}x"
+    assert large * 20_000 < 10.0  # a 20,000-node graph in seconds
+
+
+def test_batchnorm_plans_the_fold_and_the_mul_add_fallback_together():
+    model = conv_bn_elu_chain(1)
+    p = plan(model, FakeTarget(BASIC), "none")
+    [bn] = [f for f in p.fixes if f["op"] == "FusedBatchNormV3"]
+    assert bn["rule"] == "batchnorm_fold_into_conv"
+    assert "batchnorm_to_mul_add" in bn["also"]
+    assert p.rules.index("batchnorm_fold_into_conv") < p.rules.index("batchnorm_to_mul_add")
+
+
+def test_layernorm_alternatives_conv_mean_only_where_mean_is_lacking():
+    import keras
+
+    from rewriter.rules.testing import model_from_keras
+
+    inp = keras.Input((4, 4, 8), batch_size=1)
+    model = model_from_keras(keras.Model(inp, keras.layers.LayerNormalization()(inp)))
+    tflite_like = FakeTarget(BASIC | {"Conv2D"})  # lacks Neg, SquaredDifference, StopGradient
+    assert plan(model, tflite_like, "int8").rules == ["layernorm_decompose"]
+    u55_like = FakeTarget(BASIC - {"Mean"})
+    p = plan(model, u55_like, "int8")
+    assert p.rules[0] == "layernorm_conv_mean"
+    result = apply(model, p)
+    assert not {"Mean", "Neg"} & set(op_types(result.model))
+
+
+class _Crashing(_Dangling):
+    """A pattern with a bug."""
+
+    name = "crashing_test_rule"
+
+    def pattern(self, g, node):
+        raise KeyError("oops")
+
+
+def test_a_crashing_pattern_is_reported_with_rule_and_node():
+    with pytest.raises(RuleError, match=r"rule crashing_test_rule failed matching node Relu "
+                                        r"\(Relu\): KeyError"):
+        apply_rules(_relu_model(), [_Crashing()])
+
+
+def test_planner_works_with_the_real_op_tables():
+    import keras
+
+    from rewriter.rules.testing import model_from_keras
+    from rewriter.targets import load_target
+
+    inp = keras.Input((16, 16, 3), batch_size=1)
+    y = keras.layers.Conv2D(8, 3, padding="same")(inp)
+    y = keras.layers.ELU()(keras.layers.LayerNormalization()(y))
+    model = model_from_keras(keras.Model(inp, y))
+    u55 = plan(model, load_target("ethos-u55-128"), "int8")
+    assert u55.rules[0] == "layernorm_conv_mean" and "layernorm_decompose" in u55.rules
+    assert "elu_exact" in u55.rules  # EXP runs int8 on Ethos-U
+    mean = next(f for f in u55.fixes if f["op"] == "Mean")
+    assert "depth" in mean["reason"]
+    etpu = plan(model, load_target("edgetpu"), "int8")
+    assert "elu_no_exp" in etpu.rules and "elu_exact" not in etpu.rules  # no EXP on Edge TPU
+
+
+def test_graph_index_rename_rewrites_data_and_control_references():
+    from rewriter.graph import GraphIndex, make_node
+
+    model = _relu_model()
+    g = GraphIndex(model.graph_def)
+    old = next(n for n in g if n.op == "Relu").name
+    g.add(make_node("NoOp", "waits", [f"^{old}"], dtype=None))
+    g.rename(old, "renamed")
+    readers = [n for n in g if any(r in ("renamed", "^renamed") for r in n.input)]
+    assert sorted(n.name for n in readers) == ["mul", "waits"]
+    assert old not in g and [n.name for n in g].count("renamed") == 1
+    assert len(g.to_graph_def().node) == len(g)
