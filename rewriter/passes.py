@@ -266,18 +266,20 @@ class Plan:
                 "rules": list(self.rules), "fixes": self.fixes, "unfixable": self.unfixable}
 
 
-def plan(model: Model, target: Any, quantize: str, exact_only: bool = False) -> Plan:
+def plan(model: Model, target: Any, quantize: str, exact_only: bool = False,
+         exclude: frozenset[str] | set[str] = frozenset()) -> Plan:
     """Pick, for each op type the target lacks, the best rule the target can run.
 
     What the target lacks comes from ``target.check_graph`` when it has one (node level, so
     attribute limits such as Vela's depth-reduction MEAN count), else from ``tf_op_status`` per
-    op type. Whether a rule's ``emits`` are runnable is asked per op type.
+    op type. Whether a rule's ``emits`` are runnable is asked per op type. Rules named in
+    ``exclude`` are not considered (rules tried in an earlier round, see :func:`plan_and_apply`).
     """
     lacking = _unsupported(model, target, quantize)
     cache: dict[str, tuple[bool, str | None]] = {}
     fixes, unfixable, chosen = [], [], []
     for op, (count, reason) in lacking.items():
-        rules, why = _choose(op, target, quantize, exact_only, cache)
+        rules, why = choose_rules(op, target, quantize, exact_only, cache, exclude)
         if not rules:
             unfixable.append({"op": op, "count": count, "reason": reason, "why": why})
             continue
@@ -316,8 +318,9 @@ def _op_histogram(model: Model) -> dict[str, int]:
     return counts
 
 
-def _choose(op: str, target: Any, quantize: str, exact_only: bool,
-            cache: dict[str, tuple[bool, str | None]]) -> tuple[list[Rule], str]:
+def choose_rules(op: str, target: Any, quantize: str, exact_only: bool,
+            cache: dict[str, tuple[bool, str | None]],
+            exclude: frozenset[str] | set[str] = frozenset()) -> tuple[list[Rule], str]:
     """The rules to run for ``op`` (best first), or ([], why none fits).
 
     Per rule family (``Rule.family``; alternatives such as elu_exact / elu_no_exp share one),
@@ -325,9 +328,10 @@ def _choose(op: str, target: Any, quantize: str, exact_only: bool,
     BN into the conv where possible, Mul+Add elsewhere). Only when no exact rule fits: the
     single best approximate one, unless ``exact_only``.
     """
-    candidates = rules_for_op(op)
+    candidates = [r for r in rules_for_op(op) if r.name not in exclude]
     if not candidates:
-        return [], "no rule removes this op"
+        return [], ("no rule removes this op" if not rules_for_op(op) else
+                    "every rule for this op was tried and the op remains")
     missing: list[str] = []
     exact: dict[str, Rule] = {}
     approx: Rule | None = None
@@ -359,3 +363,49 @@ def _cached(cache: dict[str, tuple[bool, str | None]], target: Any, op: str,
 def apply(model: Model, the_plan: Plan, import_with_tf: bool = False) -> RewriteResult:
     """Run the plan's rules, one pass each in plan order, to a fixed point."""
     return apply_rules(model, the_plan.rules, import_with_tf=import_with_tf)
+
+
+#: Rounds of plan -> apply -> re-check in :func:`plan_and_apply`.
+MAX_ROUNDS = 4
+
+
+def plan_and_apply(model: Model, target: Any, quantize: str, exact_only: bool = False,
+                   exclude: frozenset[str] | set[str] = frozenset()) -> tuple[Plan, RewriteResult]:
+    """Plan, apply, and re-check until the target lacks nothing a rule not yet tried can fix.
+
+    The first round runs the best rules (exact first). An op still unsupported afterwards is
+    planned again with the rules already tried excluded: e.g. the converter fuses both a hard
+    swish and a GELU from a ``Mul``; the exact hard-swish rule goes first and does not match a
+    GELU, so the next round reaches the GELU rules. The returned plan lists the rules that
+    fired, in order, with the fixes of every round and the ops that stayed unfixable.
+    """
+    tried = set(exclude)
+    current = model
+    applied: list[dict[str, Any]] = []
+    rejected: list[dict[str, str]] = []
+    passes_run: list[str] = []
+    fixes: list[dict[str, Any]] = []
+    iterations = 0
+    first: Plan | None = None
+    for round_no in range(1, MAX_ROUNDS + 1):
+        p = plan(current, target, quantize, exact_only, exclude=tried)
+        first = first or p
+        if p.empty:
+            break
+        res = apply(current, p)
+        fired = {a["rule"] for a in res.applied}
+        fixes.extend(dict(f, round=round_no) for f in p.fixes
+                     if f["rule"] in fired or set(f.get("also", [])) & fired)
+        applied.extend(res.applied)
+        rejected.extend(res.rejected)
+        passes_run.extend(res.passes)
+        iterations += res.iterations
+        tried.update(p.rules)
+        current = res.model
+    final = plan(current, target, quantize, exact_only, exclude=tried)
+    order = list(dict.fromkeys(a["rule"] for a in applied))
+    result = RewriteResult(current, applied, rejected, iterations, passes_run)
+    assert first is not None
+    return Plan(first.target, quantize, exact_only, order, fixes,
+                final.unfixable + [dict(f, why="its rules did not match these nodes")
+                                   for f in final.fixes]), result

@@ -70,7 +70,6 @@ def run_job(model: Model, target: Any, outdir: Path, options: JobOptions | None 
             progress: Callable[[str], contextlib.AbstractContextManager[None]] = _no_progress,
             ) -> JobResult:
     """Run the whole job for ``model`` on ``target``, writing artifacts into ``outdir``."""
-    from rewriter import passes
     from rewriter.report import write_reports
 
     opts = options or JobOptions()
@@ -87,23 +86,22 @@ def run_job(model: Model, target: Any, outdir: Path, options: JobOptions | None 
     with _timed(timings, "check_before"), progress("checking the model against the op table"):
         before = target.check_graph(model, quantize)
     report["placement_before"] = _placement(before)
-    with _timed(timings, "plan"):
-        the_plan = passes.plan(model, target, quantize, exact_only=opts.exact_only)
-    planned = {f["op"]: f["rule"] for f in the_plan.fixes}
-    report["unsupported_before"] = _with_fixes(before.unsupported_summary(), planned)
     samples, calibration = _data(model, opts, quantize, warnings)
     with _timed(timings, "run_original"), progress("running the original model"):
         reference = _run_all(model, samples)
 
     ctx = _Context(model, target, quantize, opts, outdir, samples, calibration, reference,
                    timings, progress)
-    attempt = _attempt(ctx, the_plan)
-    retry = _retry_plan(the_plan, target, quantize, opts.exact_only, attempt.report)
+    attempt = _attempt(ctx)
+    retry = _retry_exclusions(attempt.plan, target, quantize, opts.exact_only, attempt.report)
     if retry is not None:
         # The second attempt's files replace the first's, so its report is the one kept
         # (the first failed too); "retry" says what was tried and why.
-        attempt = _attempt(ctx, retry["plan"])
-        report["retry"] = {k: v for k, v in retry.items() if k != "plan"} | {"ok": attempt.ok}
+        attempt = _attempt(ctx, frozenset(retry["exclude"]))
+        report["retry"] = retry | {"ok": attempt.ok}
+    planned = {f["op"]: f["rule"] for f in attempt.plan.fixes}
+    report["unsupported_before"] = _with_fixes(before.unsupported_summary(), planned,
+                                               _unfixable_why(attempt.plan, target))
     report.update(attempt.report)
     warnings.extend(attempt.warnings)
     report["ok"] = attempt.ok
@@ -134,6 +132,7 @@ class _Context:
 
 @dataclass
 class _Attempt:
+    plan: Any
     ok: bool
     report: dict[str, Any]
     files: dict[str, str]
@@ -142,21 +141,25 @@ class _Attempt:
     art_cmp: Any
 
 
-def _attempt(ctx: _Context, the_plan: Any) -> _Attempt:
-    """Rewrite with ``the_plan``, verify in TF, export, check and run the artifact."""
+def _attempt(ctx: _Context, exclude: frozenset[str] = frozenset()) -> _Attempt:
+    """Plan and rewrite (rules in ``exclude`` not used), verify in TF, export, check and run
+    the artifact."""
     from rewriter import passes
     from rewriter.export.saved_model import export_saved_model
 
     timings, progress, target = ctx.timings, ctx.progress, ctx.target
+    with _timed(timings, "rewrite"), progress("planning and rewriting"):
+        the_plan, result = passes.plan_and_apply(ctx.model, target, ctx.quantize,
+                                                 ctx.opts.exact_only, exclude)
     report: dict[str, Any] = {"plan": the_plan.to_json()}
-    with _timed(timings, "rewrite"), progress("rewriting"):
-        result = passes.apply(ctx.model, the_plan)
     rewritten = result.model
     report["rules_applied"] = _rules_summary(result.applied)
     report["rejected_matches"] = result.rejected[:50]
     with _timed(timings, "check_rewritten"):
         after_graph = target.check_graph(rewritten, ctx.quantize)
-    report["unsupported_rewritten_graph"] = _with_fixes(after_graph.unsupported_summary())
+    why = _unfixable_why(the_plan, target)
+    report["unsupported_rewritten_graph"] = _with_fixes(after_graph.unsupported_summary(), {},
+                                                        why)
     with _timed(timings, "verify_tf"), progress("verifying the rewritten graph in TF"):
         rewritten_out = _run_all(rewritten, ctx.samples)
         tf_cmp = _compare_rewritten(ctx.reference, rewritten_out, result.applied,
@@ -170,7 +173,7 @@ def _attempt(ctx: _Context, the_plan: Any) -> _Attempt:
     with _timed(timings, "saved_model"), progress("writing the rewritten SavedModel"):
         files["saved_model"] = export_saved_model(rewritten, ctx.outdir / "saved_model").path
     artifact_ok, export = _export(rewritten, target, ctx.quantize, ctx.calibration, ctx.opts,
-                                  ctx.outdir, report, timings, progress)
+                                  ctx.outdir, report, timings, progress, why)
     art_cmp = None
     if export is not None:
         from rewriter.report_html import error_histograms
@@ -185,7 +188,7 @@ def _attempt(ctx: _Context, the_plan: Any) -> _Attempt:
         equivalence["artifact"]["runtime"] = ("LiteRT" if target.artifact == "tflite"
                                               else "ONNX Runtime")
     ok = bool(artifact_ok and tf_cmp.ok and art_cmp is not None and art_cmp.ok)
-    return _Attempt(ok, report, files, warnings, tf_cmp, art_cmp)
+    return _Attempt(the_plan, ok, report, files, warnings, tf_cmp, art_cmp)
 
 
 def _numeric_diagnostics(ctx: _Context, the_plan: Any, result: Any, rewritten: Model,
@@ -218,43 +221,35 @@ def _numeric_diagnostics(ctx: _Context, the_plan: Any, result: Any, rewritten: M
     return plots
 
 
-def _retry_plan(the_plan: Any, target: Any, quantize: str, exact_only: bool,
-                report: dict[str, Any]) -> dict[str, Any] | None:
-    """A second plan when the artifact still holds an op a planned rule was meant to remove.
+def _retry_exclusions(the_plan: Any, target: Any, quantize: str, exact_only: bool,
+                      report: dict[str, Any]) -> dict[str, Any] | None:
+    """Rules to leave out of a second attempt when the artifact still holds an op they were
+    meant to remove (the converter re-fused their output, or left it in float).
 
     The artifact op is traced back through the target's lowering table to the TF ops that
-    become it; a planned rule for such an op is replaced by the next rule for the same op that
-    the target can run (the converter re-fused the first one's output, or left it in float).
+    become it; the rules planned for those ops are excluded when another rule the target can
+    run exists for the op. None when there is nothing to retry.
     """
-    from rewriter.passes import Plan, rules_for_op, supports_tf_op
+    from rewriter.passes import choose_rules
 
     bad = {u["op"] for u in report.get("unsupported_after") or []}
     if not bad:
         return None
-    sources = {tf_op for tf_op in _lowering_sources(target) if set(target.lower(tf_op) or ()) & bad}
-    replaced: dict[str, str] = {}
-    fixes = []
+    sources = {t for t in _lowering_sources(target) if set(target.lower(t) or ()) & bad}
+    exclude: set[str] = set()
     for fix in the_plan.fixes:
-        fix = dict(fix)
-        if fix["op"] in sources and fix["rule"] not in replaced:
-            names = [r.name for r in rules_for_op(fix["op"])]
-            for rule in rules_for_op(fix["op"])[names.index(fix["rule"]) + 1:]:
-                if (exact_only and not rule.exact) or not all(
-                        supports_tf_op(target, e, quantize) for e in rule.emits):
-                    continue
-                replaced[fix["rule"]] = rule.name
-                fix.update(rule=rule.name, exact=rule.exact,
-                           bound=rule.bound.to_json() if rule.bound else None)
-                break
-        fixes.append(fix)
-    if not replaced:
+        if fix["op"] not in sources:
+            continue
+        suspects = {fix["rule"], *fix.get("also", [])}
+        alternatives, _ = choose_rules(fix["op"], target, quantize, exact_only, {},
+                                  exclude | suspects)
+        if alternatives:
+            exclude |= suspects
+    if not exclude:
         return None
-    rules = [replaced.get(r, r) for r in the_plan.rules]
-    plan = Plan(the_plan.target, the_plan.quantize, the_plan.exact_only,
-                list(dict.fromkeys(rules)), fixes, the_plan.unfixable)
-    return {"plan": plan, "replaced": replaced, "because": sorted(bad),
+    return {"exclude": sorted(exclude), "because": sorted(bad),
             "reason": "the exported artifact still held " + ", ".join(sorted(bad))
-            + " after the first plan; tried the next rule for the ops that become it"}
+            + "; planned again without the rules for the ops that become it"}
 
 
 def _lowering_sources(target: Any) -> list[str]:
@@ -273,21 +268,30 @@ def _timed(timings: dict[str, float], key: str) -> Iterator[None]:
         timings[key] = round(time.perf_counter() - start, 3)
 
 
-def _with_fixes(items: list[dict[str, Any]],
-                planned: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """Unsupported-op groups with ``fix``: the rule the plan chose for the op on this target
-    (``planned``, keyed by TF op), else the best exact rule for it, else None."""
-    from rewriter.passes import rule_for_op
-
-    planned = planned or {}
+def _with_fixes(items: list[dict[str, Any]], planned: dict[str, str],
+                why: dict[str, str]) -> list[dict[str, Any]]:
+    """Unsupported-op groups with ``fix`` (the rule that fixed the op on this target, from
+    ``planned``) or, for ops no rule could fix, ``fix: null`` and ``why`` (from the plan)."""
     out = []
     for item in items:
         item = {k: v for k, v in item.items() if k != "nodes"} | {
             "nodes": item.get("nodes", [])[:20]}
-        if item.get("fix") is None:
-            item["fix"] = planned.get(item["op"]) or rule_for_op(item["op"])
+        item["fix"] = planned.get(item["op"])
+        if item["fix"] is None and item["op"] in why:
+            item["why"] = why[item["op"]]
         out.append(item)
     return out
+
+
+def _unfixable_why(the_plan: Any, target: Any) -> dict[str, str]:
+    """Why no rule fixed an op, keyed by TF op and by the target ops it becomes."""
+    why: dict[str, str] = {}
+    for u in the_plan.unfixable:
+        text = u.get("why") or "no rule fits this target"
+        why[u["op"]] = text
+        for target_op in target.lower(u["op"]) or ():
+            why.setdefault(target_op, f"{u['op']}: {text}")
+    return why
 
 
 def _placement(check: Any) -> dict[str, Any]:
@@ -378,7 +382,7 @@ def _compare_rewritten(ref: dict[str, np.ndarray], test: dict[str, np.ndarray],
 
 def _export(model: Model, target: Any, quantize: str, calibration: Any, opts: JobOptions,
             outdir: Path, report: dict[str, Any], timings: dict[str, float],
-            progress: Callable[[str], Any]) -> tuple[bool, Any]:
+            progress: Callable[[str], Any], why: dict[str, str]) -> tuple[bool, Any]:
     """Export, then check the artifact (op table, Vela). Returns (artifact ok, ExportResult)."""
     from rewriter.export import ExportError
 
@@ -414,7 +418,7 @@ def _export(model: Model, target: Any, quantize: str, calibration: Any, opts: Jo
         report["vela"]["disagreements_with_table"] = reconcile(check, vela)
         if vela.output_tflite:
             report["vela"]["output_tflite"] = vela.output_tflite
-    report["unsupported_after"] = _with_fixes(check.unsupported_summary())
+    report["unsupported_after"] = _with_fixes(check.unsupported_summary(), {}, why)
     report["placement_after"] = _placement(check)
     return bool(check.ok), export
 

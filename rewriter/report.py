@@ -51,7 +51,7 @@ def render_markdown(r: dict[str, Any]) -> str:
                 lines += ["| op | count | reason | fix |", "|---|---|---|---|"]
                 for u in items:
                     lines.append(f"| {u.get('op')} | {u.get('count', '')} | "
-                                 f"{_cell(u.get('reason'))} | {u.get('fix') or 'no rule'} |")
+                                 f"{_cell(u.get('reason'))} | {_fix_cell(u)} |")
     if r.get("rules_applied") is not None:
         lines += ["", "## Rules applied", ""]
         if not r["rules_applied"]:
@@ -96,6 +96,12 @@ def render_markdown(r: dict[str, Any]) -> str:
         lines += [f"- warning: {w}" for w in r.get("warnings", [])]
         lines += [f"- {n}" for n in r.get("notes", [])]
     return "\n".join(lines) + "\n"
+
+
+def _fix_cell(u: dict[str, Any]) -> str:
+    if u.get("fix"):
+        return str(u["fix"])
+    return "no rule" + (f" ({_cell(u['why'])})" if u.get("why") else "")
 
 
 def _hist(ops: list[str]) -> dict[str, int]:

@@ -105,3 +105,26 @@ def test_multi_input_multi_output_keras_model(tmp_path):
     want = sorted((np.asarray(v) for v in ref.values()), key=lambda v: v.shape[-1])
     for g, w in zip(got, want):
         assert np.max(np.abs(g - w)) <= 1e-6
+
+
+def test_keras3_grouped_conv_is_inlined_and_becomes_depthwise(tmp_path):
+    """Keras 3 runs Conv2D(groups=C) in a jit-compiled function; the frozen graph must hold a
+    plain op that converters and the op tables see, computing the same outputs."""
+    import keras
+
+    inp = keras.Input((8, 8, 4), name="x")
+    y = keras.layers.Conv2D(8, 3, padding="same", groups=4, name="grouped")(inp)
+    model = keras.Model(inp, y)
+    rng = np.random.default_rng(0)
+    model.get_layer("grouped").set_weights(
+        [rng.normal(size=(3, 3, 1, 8)).astype(np.float32),
+         rng.normal(size=8).astype(np.float32)])
+    model.save(tmp_path / "g.keras")
+    loaded = load_model(tmp_path / "g.keras")
+    ops = loaded.op_histogram()
+    assert "StatefulPartitionedCall" not in ops and ops.get("DepthwiseConv2dNative") == 1
+    assert not loaded.graph_def.library.function
+    x = rng.uniform(-1, 1, (1, 8, 8, 4)).astype(np.float32)
+    want = np.asarray(model(x))
+    got = next(iter(loaded.run({"x": x}).values()))
+    assert np.max(np.abs(got - want)) <= 1e-5 * max(1.0, float(np.max(np.abs(want))))

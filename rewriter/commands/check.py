@@ -34,12 +34,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def _fix_for(op: str, prefer: str | None = None) -> str | None:
+def _fix_for(op: str, prefer: str | None = None,
+             planned: dict[str, str] | None = None) -> str | None:
     """The rewrite rule that would fix TF op ``op``, or None (no rule, or no rule catalogue).
 
-    ``prefer`` picks, among the rules for ``op``, one whose name contains it (e.g. the rule for
-    the hard-swish pattern among those removing ``RealDiv``).
+    With ``planned`` (TF op -> the rule that fixed it when this model was planned and rewritten
+    for this target) the answer is the target's: None when no rule fits the target. Without it
+    (a .tflite/.onnx given directly) the catalogue's best rule; ``prefer`` picks, among the
+    rules for ``op``, one whose name contains it (e.g. the hard-swish rule among those removing
+    ``RealDiv``).
     """
+    if planned is not None:
+        return planned.get(op)
     try:
         from rewriter.passes import rule_for_op
     except ImportError:
@@ -91,15 +97,25 @@ def check_model(args: argparse.Namespace, target: Any, quantize: str, ui: Any) -
     with ui.step(f"loading {args.model}"):
         model = load_from_args(args)
     graph = target.check_graph(model, quantize)
-    result["graph"] = _level_json(graph)
+    planned = _planned_fixes(model, target, quantize)
+    result["graph"] = _level_json(graph, planned)
     if args.graph_only:
         return _decide(result, None, graph)
     art = None
     with tempfile.TemporaryDirectory(prefix="rewrite_check_") as tmp:
         exported = _export(model, target, quantize, Path(tmp), ui, result)
         if exported is not None:
-            art = _check_artifact(target, exported, args, ui, result)
+            art = _check_artifact(target, exported, args, ui, result, planned)
     return _decide(result, art, graph)
+
+
+def _planned_fixes(model: Any, target: Any, quantize: str) -> dict[str, str]:
+    """TF op -> the rule that fixed it when the model is planned and rewritten for the target
+    (rewriting is quick; nothing is exported)."""
+    from rewriter.passes import plan_and_apply
+
+    the_plan, _ = plan_and_apply(model, target, quantize)
+    return {f["op"]: f["rule"] for f in the_plan.fixes}
 
 
 def _export(model: Any, target: Any, quantize: str, tmp: Path, ui: Any,
@@ -125,7 +141,7 @@ def _export(model: Any, target: Any, quantize: str, tmp: Path, ui: Any,
 
 
 def _check_artifact(target: Any, path: str, args: argparse.Namespace, ui: Any,
-                    result: dict[str, Any]) -> Any:
+                    result: dict[str, Any], planned: dict[str, str] | None = None) -> Any:
     check = target.check_artifact(path)
     if target.vela_config and not getattr(args, "no_vela", False):
         from rewriter.vela import reconcile, run_vela
@@ -134,34 +150,35 @@ def _check_artifact(target: Any, path: str, args: argparse.Namespace, ui: Any,
             vela = run_vela(path, target.vela_config)
         result["vela_disagreements"] = reconcile(check, vela)
         result["vela"] = vela.to_json()
-    result["artifact"] = _level_json(check)
+    result["artifact"] = _level_json(check, planned)
     return check
 
 
-def _level_json(check: Any) -> dict[str, Any]:
+def _level_json(check: Any, planned: dict[str, str] | None = None) -> dict[str, Any]:
     out = check.to_json()
     for u in out["unsupported"]:
-        u["fix"] = _fix_for_target_op(u) or (_fix_for(u["op"]) if check.level == "graph"
-                                             else None)
+        u["fix"] = _fix_for_target_op(u, planned) or (
+            _fix_for(u["op"], planned=planned) if check.level == "graph" else None)
     out["table"] = check.table()
     return out
 
 
-def _fix_for_target_op(entry: dict[str, Any]) -> str | None:
+def _fix_for_target_op(entry: dict[str, Any],
+                       planned: dict[str, str] | None = None) -> str | None:
     """Artifact ops are target ops: find the TF ops that lower to it and ask for their rule."""
     from rewriter.targets import lowering
 
     op = entry.get("related_op") or entry.get("target_op") or entry["op"]
     if op.startswith("Flex"):
-        return _fix_for(op[len("Flex"):])
+        return _fix_for(op[len("Flex"):], planned=planned)
     for tf_op in lowering().get("fused_from", {}).get(op, []):
-        fix = _fix_for(tf_op, prefer=op.lower())
+        fix = _fix_for(tf_op, prefer=op.lower(), planned=planned)
         if fix:
             return fix
     for section in ("tflite", "onnx"):
         for tf_op, emitted in lowering()[section].items():
             if emitted == [op]:
-                fix = _fix_for(tf_op)
+                fix = _fix_for(tf_op, planned=planned)
                 if fix:
                     return fix
     return None

@@ -59,14 +59,19 @@ def check_shape_overrides(options: LoadOptions, input_names: Sequence[str]) -> N
                         f"the model's inputs are: {', '.join(input_names)}")
 
 
-def freeze_concrete_function(fn) -> GraphDef:
-    """A frozen GraphDef of a concrete function (variables become Consts)."""
+def freeze_concrete_function(fn) -> tuple[GraphDef, object, list[str]]:
+    """A frozen, normalised GraphDef of a concrete function (variables become Consts), the
+    frozen function, and notes on what normalisation changed."""
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2,
     )
 
+    from rewriter.frontends._normalize import normalize
+
     frozen = convert_variables_to_constants_v2(fn)
-    return frozen.graph.as_graph_def(), frozen
+    keep = [t.name for t in list(frozen.inputs) + list(frozen.outputs)]
+    graph_def, notes = normalize(frozen.graph.as_graph_def(), keep)
+    return graph_def, frozen, notes
 
 
 def graph_sinks(graph_def: GraphDef) -> list[str]:

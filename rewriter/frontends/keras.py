@@ -116,7 +116,8 @@ def _freeze_keras_model(model: Any, path: str, fmt: str, options: LoadOptions,
         return model(args[0] if single else list(args), training=False)
 
     fn = tf.function(call, input_signature=specs).get_concrete_function()
-    graph_def, frozen = freeze_concrete_function(fn)
+    graph_def, frozen, norm_notes = freeze_concrete_function(fn)
+    notes.extend(norm_notes)
     out_names = _output_names(model, len(frozen.outputs))
     inputs = [TensorSpec(n, t.name, tuple(s.shape), s.dtype.name)
               for n, t, s in zip(names, frozen.inputs, specs)]
@@ -133,7 +134,7 @@ def _tensor_name(t: Any, i: int) -> str:
 def _shape_list(shape: Any) -> list[int | None] | None:
     try:
         return [None if d is None else int(d) for d in shape]
-    except TypeError:
+    except (TypeError, ValueError):  # unknown rank: filled in from the frozen graph later
         return None
 
 

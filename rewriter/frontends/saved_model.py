@@ -43,7 +43,8 @@ def load_saved_model(directory: str, options: LoadOptions) -> Model:
     arg_specs = fn.structured_input_signature[1]
     names = sorted(arg_specs)
     check_shape_overrides(options, names)
-    graph_def, frozen = freeze_concrete_function(fn)
+    graph_def, frozen, norm_notes = freeze_concrete_function(fn)
+    notes.extend(norm_notes)
     # frozen.inputs are the signature's placeholders, in the order of fn.inputs (by name).
     by_name = {t.name.split(":")[0]: t for t in frozen.inputs}
     inputs = []

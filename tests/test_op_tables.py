@@ -1,0 +1,158 @@
+"""The op tables load, are validated, match Vela's own op lists, and their docs are current."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from rewriter.errors import UserError
+from rewriter.targets import (
+    TABLE_DIR,
+    _read_table,
+    list_targets,
+    load_target,
+    target_from_table,
+    target_names,
+)
+
+
+def _edgetpu_data() -> dict:
+    return copy.deepcopy(_read_table(TABLE_DIR / "edgetpu.toml"))
+
+
+def test_every_table_loads_with_source_and_version():
+    targets = list_targets()
+    assert {"edgetpu", "ethos-u55-128", "tflm", "tflite", "gpu", "onnx", "rknn"} <= {
+        t.name for t in targets}
+    for t in targets:
+        assert t.source.startswith("https://"), t.name
+        assert t.version and t.artifact in ("tflite", "onnx")
+
+
+def test_every_vela_accelerator_config_is_a_target():
+    from ethosu.vela.architecture_features import Accelerator
+
+    for acc in Accelerator:
+        t = load_target(acc.value)
+        assert t.vela_config == acc.value
+
+
+def test_ethos_u_tables_match_vela_supported_ops_report():
+    """`vela --supported-ops-report` is the truth; the tables cannot drift from the compiler."""
+    from rewriter.vela import supported_ops_report
+
+    report = supported_ops_report()
+    u55 = set(report["Ethos-U55 and Ethos-U65"])
+    u85 = set(report["Ethos-U85"])
+    assert len(u55) > 40 and len(u85) > len(u55)
+    assert set(load_target("ethos-u55-128").ops) == u55
+    assert set(load_target("ethos-u65-512").ops) == u55
+    assert set(load_target("ethos-u85-256").ops) == u85
+
+
+def test_unknown_constraint_kind_is_rejected_with_the_known_kinds():
+    data = _edgetpu_data()
+    data["ops"]["CONV_2D"]["stride_rnage"] = [1, 2]
+    with pytest.raises(UserError, match=r"\[ops.CONV_2D\]: unknown constraint kind "
+                                        r"'stride_rnage' \(known: .*stride_range"):
+        target_from_table(data)
+
+
+def test_unknown_top_level_key_is_rejected():
+    data = _edgetpu_data()
+    data["partitoning"] = "per-op"
+    with pytest.raises(UserError, match="unknown keys \\['partitoning'\\]"):
+        target_from_table(data)
+
+
+def test_bad_constraint_value_type_is_rejected():
+    data = _edgetpu_data()
+    data["ops"]["SOFTMAX"]["elements_max"] = "16000"
+    with pytest.raises(UserError, match="elements_max must be int"):
+        target_from_table(data)
+
+
+def test_bad_enum_value_is_rejected():
+    data = _edgetpu_data()
+    data["artifact"] = "tflite2"
+    with pytest.raises(UserError, match="artifact = 'tflite2' is not one of"):
+        target_from_table(data)
+
+
+def test_onnx_op_availability_follows_the_opset():
+    assert not load_target("onnx").has_op("Gelu")
+    assert load_target("onnx", opset=20).has_op("Gelu")
+    assert load_target("onnx", opset=17).has_op("LayerNormalization")
+    assert not load_target("onnx", opset=16).has_op("LayerNormalization")
+    assert load_target("onnx", opset=14).has_op("HardSwish")
+    assert not load_target("onnx", opset=13).has_op("HardSwish")
+    assert load_target("onnx").missing_reason("Gelu").startswith(
+        "ONNX op Gelu needs opset 20: target opset is 17")
+
+
+def test_rknn_is_onnx_minus_its_gaps():
+    rknn = load_target("rknn")
+    assert rknn.has_op("Conv") and not rknn.has_op("Neg") and not rknn.has_op("Einsum")
+    assert load_target("onnx").has_op("Neg")
+
+
+def test_tflm_float_only_ops_and_missing_gelu():
+    tflm = load_target("tflm")
+    for op in ("EXP", "LOG", "SQRT", "SQUARE"):
+        dtypes = [c.value for c in tflm.constraints_for(op) if c.kind == "dtypes"]
+        assert dtypes == [["float32"]], op
+    assert not tflm.has_op("GELU")
+
+
+def test_tflite_target_has_every_schema_builtin_but_no_flex():
+    t = load_target("tflite")
+    assert t.has_op("GELU") and t.has_op("CONV_2D")
+    assert not t.has_op("FlexErf")
+
+
+def test_target_names_include_table_configs_once():
+    names = target_names()
+    assert len(names) == len(set(names))
+
+
+def test_docs_are_generated_from_the_tables_and_current():
+    from rewriter.commands.docs import DOCS_DIR, stale_pages
+
+    assert stale_pages(DOCS_DIR) == [], "run `rewrite docs` and commit docs/targets/"
+
+
+def test_docs_check_reports_a_hand_edited_page(tmp_path, cli):
+    code, _, _ = cli("docs", "--out", tmp_path)
+    assert code == 0 and (tmp_path / "edgetpu.md").is_file()
+    page = tmp_path / "edgetpu.md"
+    page.write_text(page.read_text().replace("Coral Edge TPU", "Coral TPU"))
+    code, out, _ = cli("docs", "--check", "--out", tmp_path)
+    assert code == 1 and "stale:" in out and "edgetpu.md" in out
+
+
+@pytest.mark.parametrize("name,quantize,runs", [("exp", "int8", False), ("exp", "none", True),
+                                                ("gelu", "none", False)])
+def test_tflm_table_agrees_with_the_tflm_interpreter(tmp_path, name, quantize, runs):
+    """EXP is float-only and GELU has no kernel in TFLite Micro: the interpreter says so too."""
+    import numpy as np
+    import tensorflow as tf
+
+    runtime = pytest.importorskip("tflite_micro.python.tflite_micro.runtime")
+    from rewriter.export.tflite import export_tflite
+    from tests.test_targets import build_model
+
+    fn = {"exp": tf.exp, "gelu": lambda x: (0.5 * x) * tf.math.erfc(-x * 0.7071067811865476)}
+    path = tmp_path / "m.tflite"
+    cal = [{"x": np.linspace(-1, 1, 8, dtype="float32").reshape(1, 8)}] * 2
+    export_tflite(build_model(fn[name], (1, 8)), path, quantize=quantize,
+                  calibration=cal if quantize == "int8" else None)
+    table_ok = load_target("tflm").check_artifact(str(path)).ok
+    try:
+        interp = runtime.Interpreter.from_file(str(path))
+        interp.set_input(np.zeros((1, 8), np.float32), 0)
+        interp.invoke()
+        interp_ok = True
+    except Exception:  # the TFLM runtime raises a plain RuntimeError on allocation
+        interp_ok = False
+    assert table_ok == interp_ok == runs
