@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rewriter.graph import GraphIndex, NodeDef, parse_input
-from rewriter.rules.base import ADD_OPS, Builder, Match, dtype_of, static_value
+from rewriter.rules.base import ADD_OPS, Builder, Match, Reject, Rule, dtype_of, static_value
 
 #: Abramowitz & Stegun 7.1.26: erf(z) = 1 - (a1 t + ... + a5 t^5) exp(-z^2), t = 1/(1 + p z).
 AS_P = 0.3275911
@@ -287,3 +287,35 @@ def _import_ranks(g: GraphIndex) -> dict[str, int | None]:
     with graph.as_default():
         tf.compat.v1.import_graph_def(g.to_graph_def(), name="")
     return {t.name: t.shape.rank for op in graph.get_operations() for t in op.outputs}
+
+
+class FloatRule(Rule):
+    """A rule that refuses matches whose root does not compute in float (the shared check)."""
+
+    def check(self, g: GraphIndex, m: Match) -> Reject | None:
+        reason = float_dtype_reason(m.root)
+        return Reject(reason, m.root.name) if reason else None
+
+
+class UnaryFloatRule(FloatRule):
+    """A rule replacing one unary op node (``anchors`` == the op); its input is ``x``."""
+
+    def pattern(self, g: GraphIndex, node: NodeDef) -> Match | None:
+        return Match(root=node, nodes=[node], inputs={"x": node.input[0]})
+
+
+class GeluErfFormRule(FloatRule):
+    """The shared match of the rules replacing an erf/erfc-form GELU (Keras 3 emits erfc).
+
+    ``Mul`` is in ``fixes`` because the graph-level check reports a Keras 3 GELU as its final
+    Mul, which the converter turns into GELU (the Erfc is absorbed into it).
+    """
+
+    anchors = frozenset({"Mul"})
+    fixes = frozenset({"Erfc", "Erf", "Mul"})
+    family = "gelu"
+    order = 90  # before erf_poly, which would otherwise take the Erf(c) out of the GELU
+
+    def pattern(self, g: GraphIndex, node: NodeDef) -> Match | None:
+        m = match_gelu(g, node)
+        return m if m is not None and m.extra["form"] in ("erf", "erfc") else None

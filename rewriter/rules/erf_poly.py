@@ -17,11 +17,11 @@ erfc has the same absolute error. Stated as 1.5e-7 (the A&S bound).
 from __future__ import annotations
 
 from rewriter.graph import GraphIndex, NodeDef
-from rewriter.rules._activation import erf_tail, fconst, float_dtype_reason
-from rewriter.rules.base import Bound, Builder, Match, Reject, Rule
+from rewriter.rules._activation import FloatRule, erf_tail, fconst
+from rewriter.rules.base import Bound, Builder, Match
 
 
-class ErfPoly(Rule):
+class ErfPoly(FloatRule):
     """erf(z) = sign(z)(1 - P(t)exp(-z^2)), erfc = 1 - erf (A&S 7.1.26, max abs error 1.5e-7)."""
 
     name = "erf_poly"
@@ -33,10 +33,6 @@ class ErfPoly(Rule):
 
     def pattern(self, g: GraphIndex, node: NodeDef) -> Match | None:
         return Match(root=node, nodes=[node], inputs={"z": node.input[0]})
-
-    def check(self, g: GraphIndex, m: Match) -> Reject | None:
-        reason = float_dtype_reason(m.root)
-        return Reject(reason, m.root.name) if reason else None
 
     def rewrite(self, g: GraphIndex, m: Match, b: Builder) -> str:
         z = m.inputs["z"]

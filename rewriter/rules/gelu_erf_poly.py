@@ -14,32 +14,23 @@ TFLite converter does not fuse the result back into GELU (checked by the test).
 
 from __future__ import annotations
 
-from rewriter.graph import GraphIndex, NodeDef
-from rewriter.rules._activation import SQRT_HALF, erf_tail, fconst, float_dtype_reason, match_gelu
-from rewriter.rules.base import Bound, Builder, Match, Reject, Rule
+from rewriter.graph import GraphIndex
+from rewriter.rules._activation import (
+    SQRT_HALF,
+    GeluErfFormRule,
+    erf_tail,
+    fconst,
+)
+from rewriter.rules.base import Bound, Builder, Match
 
 
-class GeluErfPoly(Rule):
+class GeluErfPoly(GeluErfFormRule):
     """GELU(x) = relu(x) - 0.5|x| P(t) exp(-x^2/2), A&S 7.1.26 erf (max abs error 2.2e-7)."""
 
     name = "gelu_erf_poly"
-    anchors = frozenset({"Mul"})
-    #: Mul: the graph-level check reports a Keras 3 GELU as its final Mul, which the converter
-    #: turns into GELU (the Erfc is absorbed into it).
-    fixes = frozenset({"Erfc", "Erf", "Mul"})
     emits = frozenset({"Abs", "Relu", "Mul", "AddV2", "Rsqrt", "Exp"})
     exact = False
-    family = "gelu"
-    order = 90  # before erf_poly, which would otherwise take the Erf(c) out of the GELU
     bound = Bound(2.2e-7, (-12.0, 12.0), "float64; float32 evaluation adds its rounding")
-
-    def pattern(self, g: GraphIndex, node: NodeDef) -> Match | None:
-        m = match_gelu(g, node)
-        return m if m is not None and m.extra["form"] in ("erf", "erfc") else None
-
-    def check(self, g: GraphIndex, m: Match) -> Reject | None:
-        reason = float_dtype_reason(m.root)
-        return Reject(reason, m.root.name) if reason else None
 
     def rewrite(self, g: GraphIndex, m: Match, b: Builder) -> str:
         x = m.inputs["x"]

@@ -12,15 +12,14 @@ stated as 4.8e-4.
 
 from __future__ import annotations
 
-from rewriter.graph import GraphIndex, NodeDef
+from rewriter.graph import GraphIndex
 from rewriter.rules._activation import (
     GELU_TANH_CUBIC,
     SQRT_2_OVER_PI,
+    GeluErfFormRule,
     fconst,
-    float_dtype_reason,
-    match_gelu,
 )
-from rewriter.rules.base import Bound, Builder, Match, Reject, Rule
+from rewriter.rules.base import Bound, Builder, Match
 
 
 def sigmoid_of_tanh_form(b: Builder, x: str) -> str:
@@ -34,27 +33,13 @@ def sigmoid_of_tanh_form(b: Builder, x: str) -> str:
     return b.op("Mul", [x, b.op("Sigmoid", [arg], "sigmoid")], "out")
 
 
-class GeluTanhApprox(Rule):
+class GeluTanhApprox(GeluErfFormRule):
     """GELU(x) ~ x*sigmoid(2 sqrt(2/pi)(x + 0.044715x^3)) = tanh form (max abs error 4.8e-4)."""
 
     name = "gelu_tanh_approx"
-    anchors = frozenset({"Mul"})
-    #: Mul: the graph-level check reports a Keras 3 GELU as its final Mul, which the converter
-    #: turns into GELU (the Erfc is absorbed into it).
-    fixes = frozenset({"Erfc", "Erf", "Mul"})
     emits = frozenset({"Mul", "AddV2", "Sigmoid"})
     exact = False
-    family = "gelu"
-    order = 90  # before erf_poly, which would otherwise take the Erf(c) out of the GELU
     bound = Bound(4.8e-4, (-12.0, 12.0))
-
-    def pattern(self, g: GraphIndex, node: NodeDef) -> Match | None:
-        m = match_gelu(g, node)
-        return m if m is not None and m.extra["form"] in ("erf", "erfc") else None
-
-    def check(self, g: GraphIndex, m: Match) -> Reject | None:
-        reason = float_dtype_reason(m.root)
-        return Reject(reason, m.root.name) if reason else None
 
     def rewrite(self, g: GraphIndex, m: Match, b: Builder) -> str:
         return sigmoid_of_tanh_form(b, m.inputs["x"])

@@ -10,12 +10,12 @@ MUL, ADD and LOGISTIC only, which the converter leaves alone (checked by the tes
 from __future__ import annotations
 
 from rewriter.graph import GraphIndex, NodeDef
-from rewriter.rules._activation import float_dtype_reason, match_gelu
-from rewriter.rules.base import Builder, Match, Reject, Rule
+from rewriter.rules._activation import FloatRule, match_gelu
+from rewriter.rules.base import Builder, Match
 from rewriter.rules.gelu_tanh_approx import sigmoid_of_tanh_form
 
 
-class GeluTanhAsSigmoid(Rule):
+class GeluTanhAsSigmoid(FloatRule):
     """0.5x(1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi)(x + 0.044715x^3), exact."""
 
     name = "gelu_tanh_as_sigmoid"
@@ -27,10 +27,6 @@ class GeluTanhAsSigmoid(Rule):
     def pattern(self, g: GraphIndex, node: NodeDef) -> Match | None:
         m = match_gelu(g, node)
         return m if m is not None and m.extra["form"] == "tanh" else None
-
-    def check(self, g: GraphIndex, m: Match) -> Reject | None:
-        reason = float_dtype_reason(m.root)
-        return Reject(reason, m.root.name) if reason else None
 
     def rewrite(self, g: GraphIndex, m: Match, b: Builder) -> str:
         return sigmoid_of_tanh_form(b, m.inputs["x"])

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from rewriter.graph import GraphIndex, NodeDef
 from rewriter.rules._activation import (
+    FloatRule,
     close,
     fconst,
     flatten_product,
-    float_dtype_reason,
     scalar_const,
 )
-from rewriter.rules.base import ADD_OPS, Builder, Match, Reject, Rule
+from rewriter.rules.base import ADD_OPS, Builder, Match
 
 
 def relu6_of_x_plus_3(g: GraphIndex, ref: str) -> tuple[str, list[NodeDef]] | None:
@@ -37,7 +37,7 @@ def relu6_of_x_plus_3(g: GraphIndex, ref: str) -> tuple[str, list[NodeDef]] | No
     return None
 
 
-class HardSigmoidMinMax(Rule):
+class HardSigmoidMinMax(FloatRule):
     """relu6(x + 3) / 6 = min(relu(x/6 + 1/2), 1) (Keras 3 hard_sigmoid), exact."""
 
     name = "hard_sigmoid_min_max"
@@ -54,10 +54,6 @@ class HardSigmoidMinMax(Rule):
         if found is None:
             return None
         return Match(root=node, nodes=prod.nodes + found[1], inputs={"x": found[0]})
-
-    def check(self, g: GraphIndex, m: Match) -> Reject | None:
-        reason = float_dtype_reason(m.root)
-        return Reject(reason, m.root.name) if reason else None
 
     def rewrite(self, g: GraphIndex, m: Match, b: Builder) -> str:
         y = b.op("Mul", [m.inputs["x"], fconst(b, "sixth", 1.0 / 6.0)], "scaled")

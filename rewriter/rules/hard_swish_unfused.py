@@ -12,13 +12,13 @@ checked by the test). Matches every association of the product: Keras 3
 from __future__ import annotations
 
 from rewriter.graph import GraphIndex, NodeDef
-from rewriter.rules._activation import close, fconst, flatten_product, float_dtype_reason
+from rewriter.rules._activation import FloatRule, close, fconst, flatten_product
 from rewriter.rules._activation import same_tensor as _same
-from rewriter.rules.base import RULE_ATTR, Builder, Match, Reject, Rule
+from rewriter.rules.base import RULE_ATTR, Builder, Match
 from rewriter.rules.hard_sigmoid_min_max import relu6_of_x_plus_3
 
 
-class HardSwishUnfused(Rule):
+class HardSwishUnfused(FloatRule):
     """x * relu6(x + 3) / 6 = (x/6) * relu6(x + 3), in a form TFLite does not re-fuse, exact."""
 
     name = "hard_swish_unfused"
@@ -41,10 +41,6 @@ class HardSwishUnfused(Rule):
             if found is not None and _same(found[0], x):
                 return Match(root=node, nodes=prod.nodes + found[1], inputs={"x": x})
         return None
-
-    def check(self, g: GraphIndex, m: Match) -> Reject | None:
-        reason = float_dtype_reason(m.root)
-        return Reject(reason, m.root.name) if reason else None
 
     def rewrite(self, g: GraphIndex, m: Match, b: Builder) -> str:
         x = m.inputs["x"]

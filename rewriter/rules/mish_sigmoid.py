@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from rewriter.graph import GraphIndex, NodeDef
 from rewriter.rules._activation import (
+    FloatRule,
     fconst,
-    float_dtype_reason,
     reciprocal_small,
     same_tensor,
 )
-from rewriter.rules.base import Builder, Match, Reject, Rule, commuted
+from rewriter.rules.base import Builder, Match, commuted
 
 
-class MishSigmoid(Rule):
+class MishSigmoid(FloatRule):
     """mish(x) = x * s(2-s) * rsqrt(1 + (1-s)^2)^2, s = sigmoid(x), exact."""
 
     name = "mish_sigmoid"
@@ -39,10 +39,6 @@ class MishSigmoid(Rule):
                 continue
             return Match(root=node, nodes=[node, tanh, sp], inputs={"x": x})
         return None
-
-    def check(self, g: GraphIndex, m: Match) -> Reject | None:
-        reason = float_dtype_reason(m.root)
-        return Reject(reason, m.root.name) if reason else None
 
     def rewrite(self, g: GraphIndex, m: Match, b: Builder) -> str:
         x = m.inputs["x"]

@@ -7,12 +7,12 @@ a no-op after conversion; it exists for the ONNX-side and GraphDef-side targets.
 
 from __future__ import annotations
 
-from rewriter.graph import GraphIndex, NodeDef
-from rewriter.rules._activation import fconst, float_dtype_reason
-from rewriter.rules.base import Builder, Match, Reject, Rule
+from rewriter.graph import GraphIndex
+from rewriter.rules._activation import UnaryFloatRule, fconst
+from rewriter.rules.base import Builder, Match
 
 
-class Relu6MinMax(Rule):
+class Relu6MinMax(UnaryFloatRule):
     """relu6(x) = min(max(x, 0), 6), exact."""
 
     name = "relu6_min_max"
@@ -20,13 +20,6 @@ class Relu6MinMax(Rule):
     fixes = frozenset({"Relu6"})
     emits = frozenset({"Maximum", "Minimum"})
     exact = True
-
-    def pattern(self, g: GraphIndex, node: NodeDef) -> Match | None:
-        return Match(root=node, nodes=[node], inputs={"x": node.input[0]})
-
-    def check(self, g: GraphIndex, m: Match) -> Reject | None:
-        reason = float_dtype_reason(m.root)
-        return Reject(reason, m.root.name) if reason else None
 
     def rewrite(self, g: GraphIndex, m: Match, b: Builder) -> str:
         low = b.op("Maximum", [m.inputs["x"], fconst(b, "zero", 0.0)], "max0")

@@ -7,15 +7,15 @@ written with RELU, MINIMUM, EXP, MUL and ADD only (for x > 0, exp(0) - 1 = 0).
 
 from __future__ import annotations
 
-from rewriter.graph import GraphIndex, NodeDef
-from rewriter.rules._activation import fconst, float_dtype_reason
-from rewriter.rules.base import Builder, Match, Reject, Rule
+from rewriter.graph import GraphIndex
+from rewriter.rules._activation import UnaryFloatRule, fconst
+from rewriter.rules.base import Builder, Match
 
 SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_SCALE = 1.0507009873554804934193349852946
 
 
-class SeluExact(Rule):
+class SeluExact(UnaryFloatRule):
     """selu(x) = l*relu(x) + l*a*(exp(min(x, 0)) - 1), exact."""
 
     name = "selu_exact"
@@ -23,13 +23,6 @@ class SeluExact(Rule):
     fixes = frozenset({"Selu"})
     emits = frozenset({"Relu", "Minimum", "Exp", "Mul", "AddV2"})
     exact = True
-
-    def pattern(self, g: GraphIndex, node: NodeDef) -> Match | None:
-        return Match(root=node, nodes=[node], inputs={"x": node.input[0]})
-
-    def check(self, g: GraphIndex, m: Match) -> Reject | None:
-        reason = float_dtype_reason(m.root)
-        return Reject(reason, m.root.name) if reason else None
 
     def rewrite(self, g: GraphIndex, m: Match, b: Builder) -> str:
         x = m.inputs["x"]

@@ -8,12 +8,12 @@ is ``|x| * -1`` rather than NEG, which full-int8 conversion leaves in float.
 
 from __future__ import annotations
 
-from rewriter.graph import GraphIndex, NodeDef
-from rewriter.rules._activation import fconst, float_dtype_reason
-from rewriter.rules.base import Builder, Match, Reject, Rule
+from rewriter.graph import GraphIndex
+from rewriter.rules._activation import UnaryFloatRule, fconst
+from rewriter.rules.base import Builder, Match
 
 
-class SoftplusExact(Rule):
+class SoftplusExact(UnaryFloatRule):
     """softplus(x) = relu(x) + log(1 + exp(-|x|)), exact."""
 
     name = "softplus_exact"
@@ -21,13 +21,6 @@ class SoftplusExact(Rule):
     fixes = frozenset({"Softplus"})
     emits = frozenset({"Relu", "Abs", "Mul", "Exp", "AddV2", "Log"})
     exact = True
-
-    def pattern(self, g: GraphIndex, node: NodeDef) -> Match | None:
-        return Match(root=node, nodes=[node], inputs={"x": node.input[0]})
-
-    def check(self, g: GraphIndex, m: Match) -> Reject | None:
-        reason = float_dtype_reason(m.root)
-        return Reject(reason, m.root.name) if reason else None
 
     def rewrite(self, g: GraphIndex, m: Match, b: Builder) -> str:
         x = m.inputs["x"]
