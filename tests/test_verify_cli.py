@@ -54,8 +54,8 @@ def test_keras_and_its_onnx_match(cli, files):
     assert code == 0, out
 
 
-def test_int8_tflite_fails_default_tolerance_and_says_what_would_pass(cli, files):
-    code, out, _ = cli("verify", files["keras"], files["int8"])
+def test_int8_tflite_fails_float_tolerance_and_says_what_would_pass(cli, files):
+    code, out, _ = cli("verify", files["keras"], files["int8"], "--rtol", "1e-5")
     assert code == 1
     assert "MISMATCH" in out
     assert "would need --atol logits:" in out
@@ -146,9 +146,13 @@ def test_tflm_flag_runs_the_tflite_in_tflite_micro(cli, files):
     assert "candidate  tflm:" in out
 
 
-def test_int8_mismatch_says_to_compare_on_cosine(cli, files):
+def test_int8_model_is_compared_by_cosine_like_the_main_job(cli, files):
     code, out, _ = cli("verify", files["keras"], files["int8"], "--samples", "2")
-    assert code == 1 and "is quantized" in out and "--min-cosine 0.99" in out
+    assert code == 0 and "is quantized: compared by cosine >= 0.99" in out
+    # element-wise float tolerances, when asked for, measure the quantization error: mismatch
+    code, out, _ = cli("verify", files["keras"], files["int8"], "--samples", "2",
+                       "--rtol", "1e-5")
+    assert code == 1 and "would need" in out
     code, out, _ = cli("verify", files["keras"], files["float"], "--samples", "2")
     assert code == 0 and "is quantized" not in out
 

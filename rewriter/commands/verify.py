@@ -93,16 +93,22 @@ def run(args: argparse.Namespace, ui: Any) -> int:
     atol = _tolerances(args.atol, "--atol", names)
     rtol = _tolerances(args.rtol, "--rtol", names)
     min_cos = _tolerances(args.min_cosine, "--min-cosine", names)
+    quantized = [r.path for r in (ref, cand) if _quantized(r)]
+    defaults_for_int8 = bool(quantized) and not (args.atol or args.rtol or args.min_cosine)
+    if defaults_for_int8:  # the main job's int8 criterion, so both agree on an artifact
+        from rewriter.pipeline import INT8_MIN_COSINE
+
+        min_cos = INT8_MIN_COSINE
     if min_cos is not None and not args.atol and not args.rtol:
         atol, rtol = math.inf, 0.0
     result = compare(ref_out, cand_out, atol=atol, rtol=rtol, min_cosine=min_cos,
                      samples=len(samples))
     result.notes += [f"inputs matched {in_how}", f"outputs matched {out_how}"]
-    quantized = [r.path for r in (ref, cand) if _quantized(r)]
-    if quantized and not (args.atol or args.rtol or args.min_cosine):
-        result.notes.append(f"{', '.join(quantized)} is quantized: element-wise float "
-                            "tolerances measure quantization error; for it, pass "
-                            "--min-cosine 0.99")
+    if defaults_for_int8:
+        result.notes.append(f"{', '.join(quantized)} is quantized: compared by cosine >= "
+                            f"{min_cos} (the main job's int8 criterion); element-wise "
+                            "tolerances would measure quantization error (give --atol/--rtol "
+                            "to use them)")
     report = {**result.to_json(), "reference": ref.describe(), "candidate": cand.describe(),
               "data": source}
     if args.first_divergence or args.check_each_rule:
