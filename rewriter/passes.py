@@ -324,7 +324,8 @@ def choose_rules(op: str, target: Any, quantize: str, exact_only: bool,
     """The rules to run for ``op`` (best first), or ([], why none fits).
 
     Per rule family (``Rule.family``; alternatives such as elu_exact / elu_no_exp share one),
-    the best exact rule whose ``emits`` the target runs; families complement each other (fold
+    the best exact rule whose ``emits`` the target runs (its ``fused`` target ops instead when
+    the converter fuses them for the target's artifact kind); families complement each other (fold
     BN into the conv where possible, Mul+Add elsewhere). Only when no exact rule fits: the
     single best approximate one, unless ``exact_only``.
     """
@@ -336,8 +337,7 @@ def choose_rules(op: str, target: Any, quantize: str, exact_only: bool,
     exact: dict[str, Rule] = {}
     approx: Rule | None = None
     for rule in candidates:
-        lacking = sorted(e for e in rule.emits
-                         if e not in PLUMBING_OPS and not _cached(cache, target, e, quantize))
+        lacking = _lacking(rule, target, quantize, cache)
         if lacking:
             missing.append(f"{rule.name} emits {', '.join(lacking)}")
         elif rule.exact:
@@ -358,6 +358,32 @@ def _cached(cache: dict[str, tuple[bool, str | None]], target: Any, op: str,
     if op not in cache:
         cache[op] = op_status(target, op, quantize)
     return cache[op][0]
+
+
+def _lacking(rule: Rule, target: Any, quantize: str,
+             cache: dict[str, tuple[bool, str | None]]) -> list[str]:
+    """What the target lacks of the rule's output: its ``fused`` target ops when the converter
+    fuses ``emits`` for the target's artifact kind, else its ``emits`` (TF ops)."""
+    kind = getattr(target, "artifact", None)
+    fused = rule.fused.get(kind) if isinstance(kind, str) else None
+    if fused is None:
+        return sorted(e for e in rule.emits
+                      if e not in PLUMBING_OPS and not _cached(cache, target, e, quantize))
+    return sorted(t for t in fused if not _cached_target_op(cache, target, t, quantize))
+
+
+def _cached_target_op(cache: dict[str, tuple[bool, str | None]], target: Any, op: str,
+                      quantize: str) -> bool:
+    """Whether the target runs target op ``op`` (its op table and op-level constraints)."""
+    key = f"{target.artifact}:{op}"
+    if key not in cache:
+        if hasattr(target, "target_op_status"):
+            st = target.target_op_status(op, quantize)
+            cache[key] = bool(st.supported), st.reason
+        else:
+            ok = bool(target.has_op(op))
+            cache[key] = ok, None if ok else f"{op} is not supported"
+    return cache[key][0]
 
 
 def apply(model: Model, the_plan: Plan, import_with_tf: bool = False) -> RewriteResult:

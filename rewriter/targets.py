@@ -613,6 +613,15 @@ class Target:
                 return OpStatus(op, False, target_ops, v.reason)
         return OpStatus(op, True, target_ops)
 
+    def target_op_status(self, op: str, quantize: str | None = None) -> OpStatus:
+        """Op level for a target op (``L2_NORMALIZATION``, ``Concat``): in the table, and its
+        dtype constraint met after conversion with ``quantize`` (no shapes considered)."""
+        quantize = self.resolve_quantize(quantize)
+        facts = OpFacts(op, op, dtype=_tf_level_dtype(op, "float32", quantize, self.artifact))
+        facts.note = _float_note(op, quantize, self.artifact)
+        v = self.judge(facts)
+        return OpStatus(op, v.supported, [op], v.reason)
+
     def resolve_quantize(self, quantize: str | None) -> str:
         q = quantize or self.default_quantize
         if q not in QUANTIZE_MODES:
@@ -822,6 +831,8 @@ def graph_facts(model: Model, target: Target, quantize: str) -> list[OpFacts]:
     tflite = target.artifact == "tflite"
     folded = _folded_into_producer(index, consts) if tflite else {}
     fused = _converter_fusions(index, consts) if tflite else {}
+    if tflite:
+        fused.update(_l2norm_fusions(index, consts, shapes))
     out: list[OpFacts] = []
     for node in index.topological_order():
         if node.op in PLUMBING_OPS or node.op == "Const" or node.name in consts:
@@ -934,6 +945,68 @@ def _gelu_fusions(index: Any, live_inputs: Callable[[Any], list[str]],
         out[head.name] = ("GELU", "")
         for n in (half, neg, scale, erfc):
             out[n.name] = ("", note)
+
+
+#: The converter fuses ``max(sum(x^2), eps)`` / ``sum(x^2) + eps`` only for eps below this
+#: (measured with TF 2.21: 9e-4 and 1e-4 fuse, 1e-3 and 1e-2 do not).
+L2_FUSION_EPS_BELOW = 1e-3
+
+
+def _l2norm_fusions(index: Any, consts: set[str], shapes: dict[str, Shape]
+                    ) -> dict[str, tuple[str, str]]:
+    """``tf.math.l2_normalize`` over the last axis, ``x * rsqrt(max(sum(x^2, -1, keepdims),
+    eps))`` (the max optional): the converter emits one L2_NORMALIZATION at the Mul."""
+    from rewriter.graph import parse_input
+
+    out: dict[str, tuple[str, str]] = {}
+
+    def live(node: Any) -> list[str]:
+        return [r for r in node.input if not r.startswith("^")
+                and parse_input(r)[0] not in consts]
+
+    def single(ref: str, ops: tuple[str, ...]) -> Any:
+        node = index.nodes.get(parse_input(ref)[0])
+        if node is None or node.op not in ops or len(index.consumers(node.name)) != 1:
+            return None
+        return node if len(live(node)) == 1 else None
+
+    for rsqrt in list(index):
+        if rsqrt.op != "Rsqrt" or len(live(rsqrt)) != 1:
+            continue
+        after = index.consumers(rsqrt.name)
+        head = after[0] if len(after) == 1 and after[0].op == "Mul" else None
+        clamp = single(live(rsqrt)[0], ("Maximum", "AddV2", "Add"))
+        total = single(live(clamp)[0] if clamp else live(rsqrt)[0], ("Sum",))
+        square = total and single(live(total)[0], ("Square",))
+        if head is None or not square or not total.attr["keep_dims"].b:
+            continue
+        x = live(square)[0]
+        others = [r for r in live(head) if parse_input(r)[0] != rsqrt.name]
+        if others != [x] or not _last_axis_only(index, total, shapes.get(_tensor_name(x))):
+            continue
+        if clamp is not None and not _small_const(index, clamp):
+            continue
+        note = f"fused into L2_NORMALIZATION at {head.name} by the converter"
+        out[head.name] = ("L2_NORMALIZATION", "")
+        for n in (square, total, clamp, rsqrt):
+            if n is not None:
+                out[n.name] = ("", note)
+    return out
+
+
+def _last_axis_only(index: Any, reduce: Any, shape: Shape | None) -> bool:
+    axes = index.const_value(reduce.input[1])
+    if axes is None or shape is None:
+        return False
+    rank = len(shape)
+    return [int(a) % rank for a in axes.reshape(-1)] == [rank - 1]
+
+
+def _small_const(index: Any, node: Any) -> bool:
+    vals = [index.const_value(r) for r in node.input if not r.startswith("^")]
+    eps = [v for v in vals if v is not None]
+    return len(eps) == 1 and eps[0].size == 1 and 0 <= float(eps[0].reshape(-1)[0]) \
+        < L2_FUSION_EPS_BELOW
 
 
 def _call_lowering(index: Any, node: Any, target: Target) -> list[str] | None:

@@ -254,3 +254,59 @@ def test_graph_index_rename_rewrites_data_and_control_references():
     assert sorted(n.name for n in readers) == ["mul", "waits"]
     assert old not in g and [n.name for n in g].count("renamed") == 1
     assert len(g.to_graph_def().node) == len(g)
+
+
+class _TargetOpsFake(FakeTarget):
+    """A tflite-kind target: TF op types ``ops`` and target ops ``target_ops`` (``has_op``)."""
+
+    artifact = "tflite"
+
+    def __init__(self, ops, target_ops):
+        super().__init__(ops)
+        self.target_ops = set(target_ops)
+
+    def has_op(self, op):
+        return op in self.target_ops
+
+
+EDGE_LIKE_OPS = {"MEAN", "SUB", "CONCATENATION", "L2_NORMALIZATION", "SLICE", "MUL", "ADD"}
+
+
+def _keras_ln_model():
+    import keras
+
+    from rewriter.rules.testing import model_from_keras
+
+    inp = keras.Input((4, 4, 8), batch_size=1)
+    return model_from_keras(keras.Model(inp, keras.layers.LayerNormalization()(inp)))
+
+
+def test_a_rule_whose_emits_the_converter_fuses_is_judged_by_its_fused_target_ops():
+    model = _keras_ln_model()
+    no_rsqrt = (BASIC | {"Reshape"}) - {"Rsqrt"}
+    p = plan(model, _TargetOpsFake(no_rsqrt, EDGE_LIKE_OPS), "int8")
+    assert [r for r in p.rules if r.startswith("layernorm")] == ["layernorm_l2norm"]
+    assert not p.unfixable
+    result = apply(model, p)
+    assert not {"Neg", "SquaredDifference"} & set(op_types(result.model))
+    # the same TF ops without a fused target op (L2_NORMALIZATION missing): nothing fits
+    p = plan(model, _TargetOpsFake(no_rsqrt, EDGE_LIKE_OPS - {"L2_NORMALIZATION"}), "int8")
+    [neg] = [u for u in p.unfixable if u["op"] == "Neg"]
+    assert "layernorm_l2norm emits L2_NORMALIZATION" in neg["why"]
+    # a target of unknown artifact kind is judged on emits: Rsqrt is missing
+    p = plan(model, FakeTarget(no_rsqrt), "int8")
+    [neg] = [u for u in p.unfixable if u["op"] == "Neg"]
+    assert "layernorm_l2norm emits ConcatV2, Rsqrt, Slice, Square, Sum" in neg["why"]
+
+
+def test_l2norm_layernorm_only_where_rsqrt_is_missing():
+    from rewriter.targets import load_target
+
+    model = _keras_ln_model()
+    with_rsqrt = _TargetOpsFake(BASIC | {"Reshape"}, EDGE_LIKE_OPS | {"RSQRT"})
+    assert plan(model, with_rsqrt, "int8").rules == ["layernorm_decompose"]
+    etpu = plan(model, load_target("edgetpu"), "int8").rules
+    assert "layernorm_l2norm" in etpu and "layernorm_decompose" not in etpu
+    for name in ("ethos-u55-128", "tflm", "tflite", "onnx"):
+        target = load_target(name)
+        assert "layernorm_l2norm" not in plan(model, target, target.default_quantize).rules, name

@@ -227,3 +227,25 @@ def test_keras3_gelu_on_onnx_is_an_erfc_node():
     bad = [(v.op, v.reason) for v in check.verdicts if not v.supported]
     assert bad == [("Erfc", "Erfc is not an ONNX op (no schema in onnx.defs); onnx.checker and "
                     "the runtimes reject the model")]
+
+
+def test_l2_normalize_over_the_last_axis_is_predicted_as_one_l2_normalization():
+    """x * rsqrt(max(sum(x^2, -1), eps)): the converter emits L2_NORMALIZATION, which the Edge
+    TPU runs, so its Rsqrt and Sum are not reported."""
+    check = load_target("edgetpu").check_graph(
+        build_model(lambda x: tf.math.l2_normalize(x, axis=-1), (1, 4, 6)))
+    assert [v.target_op for v in check.counted()] == ["L2_NORMALIZATION"]
+    assert check.ok
+    folded = [v.op for v in check.verdicts if v.placement == "none"]
+    assert sorted(folded) == ["Maximum", "Rsqrt", "Square", "Sum"]
+
+
+@pytest.mark.parametrize("axis,eps", [(1, 1e-12), (-1, 1e-3)])
+def test_l2_normalize_the_converter_does_not_fuse_is_not_predicted_as_fused(axis, eps):
+    """Measured: the converter keeps SQUARE/SUM/MAXIMUM/RSQRT/MUL for another axis or eps >=
+    1e-3."""
+    check = load_target("edgetpu").check_graph(
+        build_model(lambda x: tf.math.l2_normalize(x, axis=axis, epsilon=eps), (1, 4, 6)))
+    ops = [v.target_op for v in check.counted()]
+    assert ops == ["SQUARE", "SUM", "MAXIMUM", "RSQRT", "MUL"]
+    assert not check.ok

@@ -84,7 +84,10 @@ The parts
   are alternatives for one another, e.g. ``family = "elu"`` for elu_exact and elu_no_exp) the
   best exact one; an approximate rule (smallest bound first) only when no exact rule fits. Keep
   ``emits`` complete: an op missing from it could slip past the op table. ``priority`` orders
-  equally exact rules, ``order`` the application when several are planned.
+  equally exact rules, ``order`` the application when several are planned. When the converter
+  fuses what a rule emits into ops the target has (``emits`` holds Rsqrt, the artifact holds
+  L2_NORMALIZATION), declare them in ``fused = {"tflite": frozenset({...})}``: the planner then
+  checks those target ops for targets exporting that kind.
 
 Helpers for patterns (all O(pattern size), never a graph scan)
 -------------------------------------------------------------
@@ -283,6 +286,10 @@ class Rule:
     #: Rules of one family are alternatives (the planner takes the best that fits); rules of
     #: different families complement each other. Empty = a family of its own.
     family: ClassVar[str] = ""
+    #: Per artifact kind ("tflite"/"onnx"), the target ops ``emits`` becomes after conversion
+    #: when the converter fuses it (e.g. Square/Sum/Maximum/Rsqrt/Mul -> L2_NORMALIZATION). For
+    #: a target of that kind the planner checks these ops instead of ``emits``.
+    fused: ClassVar[dict[str, frozenset[str]]] = {}
 
     # ----------------------------------------------------------- to override
     def pattern(self, g: GraphIndex, node: NodeDef) -> Match | Reject | None:
