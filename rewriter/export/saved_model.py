@@ -65,7 +65,11 @@ def export_saved_model(model: Model, directory: str | os.PathLike) -> ExportResu
     module, fn = serving_function(model)
     tmp = tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent)
     try:
-        tf.saved_model.save(module, tmp, signatures={"serving_default": fn})
+        # Keras 3 activations (swish, ...) carry tf.custom_gradient wrappers (IdentityN with a
+        # _gradient_op_type) into the frozen graph; their gradient functions cannot be traced
+        # from it and an inference SavedModel does not need them.
+        options = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
+        tf.saved_model.save(module, tmp, signatures={"serving_default": fn}, options=options)
         replace_dir(tmp, target)
     except BaseException:
         import shutil
