@@ -84,10 +84,8 @@ def render_markdown(r: dict[str, Any]) -> str:
     div = (r.get("plots") or {}).get("divergence")
     if div:
         lines += ["", "## First divergence (intermediate tensors)", "", div["summary"] + "."]
-    for key, title in (("artifact", "Artifact"), ("vela", "Vela"), ("edgetpu", "Edge TPU")):
-        if r.get(key):
-            lines += ["", f"## {title}", "", "```json", json.dumps(r[key], indent=2,
-                                                                   default=str), "```"]
+    lines += _placement_md(r)
+    lines += _vela_md(r.get("vela"))
     if r.get("artifact_ops"):
         lines += ["", "## Ops in the exported artifact", "",
                   ", ".join(f"{k} x{v}" for k, v in _hist(r["artifact_ops"]).items())]
@@ -96,6 +94,43 @@ def render_markdown(r: dict[str, Any]) -> str:
         lines += [f"- warning: {w}" for w in r.get("warnings", [])]
         lines += [f"- {n}" for n in r.get("notes", [])]
     return "\n".join(lines) + "\n"
+
+
+def _placement_md(r: dict[str, Any]) -> list[str]:
+    rows = [(label, r[key]) for key, label in (("placement_before", "original (predicted)"),
+                                              ("placement_after", "exported artifact"))
+            if r.get(key)]
+    if not rows:
+        return []
+    out = ["", "## Placement on the target", "", "| model | ops on the accelerator | cut |",
+           "|---|---|---|"]
+    for label, p in rows:
+        cut = p.get("cut")
+        cut_text = (f"at {cut.get('op')} ({cut.get('node', '')}): {cut.get('mapped_before')} "
+                    f"ops mapped before it, {cut.get('cpu_after')} on the CPU"
+                    if cut else "none")
+        out.append(f"| {label} | {p['ops_on_accelerator']} of {p['ops_total']} "
+                   f"({p['percent_on_accelerator']}%) | {_cell(cut_text)} |")
+    return out
+
+
+def _vela_md(v: dict[str, Any] | None) -> list[str]:
+    if not v:
+        return []
+    summary = v.get("summary", {})
+    t = summary.get("inference_time")
+    out = ["", f"## Vela ({v.get('config')})", "",
+           "| NPU operators | CPU operators | estimated inference time | NPU cycles | MACs | "
+           "SRAM used (KiB) |", "|---|---|---|---|---|---|",
+           f"| {v.get('npu_ops')} | {v.get('cpu_ops')} | "
+           f"{f'{float(t) * 1e3:.3f} ms' if t else ''} | {summary.get('cycles_npu', '')} | "
+           f"{summary.get('nn_macs', '')} | {summary.get('sram_memory_used', '')} |"]
+    for c in v.get("cpu_reasons", []):
+        out.append(f"- CPU: {c['op']} ({c.get('ofm')}): {'; '.join(c.get('reasons', []))}")
+    for d in v.get("disagreements_with_table", []):
+        out.append(f"- Vela and the op table disagree on {d['op']} ({d['node']}): table "
+                   f"{d['table']}, Vela {d['vela']}")
+    return out
 
 
 def _fix_cell(u: dict[str, Any]) -> str:
