@@ -420,8 +420,13 @@ def plan_and_apply(model: Model, target: Any, quantize: str, exact_only: bool = 
             break
         res = apply(current, p)
         fired = {a["rule"] for a in res.applied}
-        fixes.extend(dict(f, round=round_no) for f in p.fixes
-                     if f["rule"] in fired or set(f.get("also", [])) & fired)
+        for f in p.fixes:  # credit the rule that fired (the best one may not have matched)
+            done = [r for r in (f["rule"], *f.get("also", [])) if r in fired]
+            if done:
+                rule = get_rule(done[0])
+                fixes.append(dict(f, rule=rule.name, also=done[1:], exact=rule.exact,
+                                  bound=rule.bound.to_json() if rule.bound else None,
+                                  round=round_no))
         applied.extend(res.applied)
         rejected.extend(res.rejected)
         passes_run.extend(res.passes)

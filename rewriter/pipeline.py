@@ -99,7 +99,7 @@ def run_job(model: Model, target: Any, outdir: Path, options: JobOptions | None 
         # (the first failed too); "retry" says what was tried and why.
         attempt = _attempt(ctx, frozenset(retry["exclude"]))
         report["retry"] = retry | {"ok": attempt.ok}
-    planned = {f["op"]: f["rule"] for f in attempt.plan.fixes}
+    planned = fixes_by_op(attempt.plan)
     report["unsupported_before"] = _with_fixes(before.unsupported_summary(), planned,
                                                _unfixable_why(attempt.plan, target))
     report.update(attempt.report)
@@ -281,6 +281,16 @@ def _with_fixes(items: list[dict[str, Any]], planned: dict[str, str],
             item["why"] = why[item["op"]]
         out.append(item)
     return out
+
+
+def fixes_by_op(the_plan: Any) -> dict[str, str]:
+    """TF op -> the rules that fixed it (comma-separated, in the order they ran)."""
+    names: dict[str, list[str]] = {}
+    for f in the_plan.fixes:
+        for rule in (f["rule"], *f.get("also", [])):
+            if rule not in names.setdefault(f["op"], []):
+                names[f["op"]].append(rule)
+    return {op: ", ".join(rules) for op, rules in names.items()}
 
 
 def _unfixable_why(the_plan: Any, target: Any) -> dict[str, str]:

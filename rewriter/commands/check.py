@@ -113,9 +113,10 @@ def _planned_fixes(model: Any, target: Any, quantize: str) -> dict[str, str]:
     """TF op -> the rule that fixed it when the model is planned and rewritten for the target
     (rewriting is quick; nothing is exported)."""
     from rewriter.passes import plan_and_apply
+    from rewriter.pipeline import fixes_by_op
 
     the_plan, _ = plan_and_apply(model, target, quantize)
-    return {f["op"]: f["rule"] for f in the_plan.fixes}
+    return fixes_by_op(the_plan)
 
 
 def _export(model: Any, target: Any, quantize: str, tmp: Path, ui: Any,
