@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rewriter.graph import GraphIndex, NodeDef
-from rewriter.rules.base import const_operand, producer_op, static_value
+from rewriter.rules.base import Match, Rule, const_operand, producer_op, static_value
 
 SELECT_OPS = frozenset({"SelectV2", "Select"})
 ELU_ANCHORS = frozenset({"Elu"}) | SELECT_OPS
@@ -50,3 +50,17 @@ def _alpha_select(g: GraphIndex, sel: NodeDef) -> Elu | None:
             or scaled is None or scaled[0] != t or scaled[1].size != 1):
         return None
     return Elu(elu.input[0], float(np.ravel(scaled[1])[0]), [sel, greater, mul, elu])
+
+
+class EluRule(Rule):
+    """The shared match of the ELU rules: TF's ``Elu`` or Keras' Select form with its alpha."""
+
+    anchors = ELU_ANCHORS
+    fixes = frozenset({"Elu", "SelectV2", "Greater"})
+    family = "elu"
+
+    def pattern(self, g: GraphIndex, node: NodeDef) -> Match | None:
+        elu = match_elu(g, node)
+        if elu is None:
+            return None
+        return Match(root=node, nodes=elu.nodes, inputs={"x": elu.x}, extra={"alpha": elu.alpha})

@@ -16,26 +16,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef
-from rewriter.rules._elu import ELU_ANCHORS, match_elu
-from rewriter.rules.base import Builder, Match, Reject, Rule, dtype_of
+from rewriter.graph import GraphIndex
+from rewriter.rules._elu import EluRule
+from rewriter.rules.base import Builder, Match, Reject, dtype_of
 
 
-class EluExact(Rule):
+class EluExact(EluRule):
     """ELU(x) = relu(x) + (exp(x - relu(x)) - 1), exact."""
 
     name = "elu_exact"
-    anchors = ELU_ANCHORS
-    fixes = frozenset({"Elu", "SelectV2", "Greater"})
-    family = "elu"
     emits = frozenset({"Relu", "Sub", "Exp", "AddV2", "Mul"})
     exact = True
-
-    def pattern(self, g: GraphIndex, node: NodeDef) -> Match | None:
-        elu = match_elu(g, node)
-        if elu is None:
-            return None
-        return Match(root=node, nodes=elu.nodes, inputs={"x": elu.x}, extra={"alpha": elu.alpha})
 
     def check(self, g: GraphIndex, m: Match) -> Reject | None:
         dt = dtype_of(m.root)

@@ -16,31 +16,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef
-from rewriter.rules._elu import ELU_ANCHORS, match_elu
-from rewriter.rules.base import Bound, Builder, Match, Reject, Rule, dtype_of
+from rewriter.graph import GraphIndex
+from rewriter.rules._elu import EluRule
+from rewriter.rules.base import Bound, Builder, Match, Reject, dtype_of
 
 SQUARINGS = 8
 CLIP = -16.0
 
 
-class EluNoExp(Rule):
+class EluNoExp(EluRule):
     """ELU(x) ~= relu(x) + (1 + clip(x, -16, 0)/256)^256 - 1, max abs error 1.1e-3."""
 
     name = "elu_no_exp"
-    anchors = ELU_ANCHORS
-    fixes = frozenset({"Elu", "SelectV2", "Greater"})
-    family = "elu"
     emits = frozenset({"Relu", "Sub", "Maximum", "Mul", "AddV2"})
     exact = False
     bound = Bound(1.1e-3, (float("-inf"), float("inf")),
                   "exp by 8 squarings of (1 + t/256) on t = clip(x, -16, 0)")
-
-    def pattern(self, g: GraphIndex, node: NodeDef) -> Match | None:
-        elu = match_elu(g, node)
-        if elu is None:
-            return None
-        return Match(root=node, nodes=elu.nodes, inputs={"x": elu.x}, extra={"alpha": elu.alpha})
 
     def check(self, g: GraphIndex, m: Match) -> Reject | None:
         if dtype_of(m.root) != np.dtype(np.float32):

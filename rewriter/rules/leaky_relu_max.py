@@ -18,19 +18,24 @@ def leaky_alpha(node: NodeDef) -> float:
     return float(node.attr["alpha"].f) if "alpha" in node.attr else 0.2
 
 
-class LeakyReluMax(Rule):
-    """leaky_relu(x, a) = max(x, a*x) for 0 <= a <= 1, exact."""
+class LeakyReluRule(Rule):
+    """The shared match of the LeakyReLU rules: one ``LeakyRelu`` node and its alpha."""
 
-    name = "leaky_relu_max"
     anchors = frozenset({"LeakyRelu"})
     fixes = frozenset({"LeakyRelu"})
-    emits = frozenset({"Maximum", "Mul"})
-    exact = True
     family = "leaky_relu"
 
     def pattern(self, g: GraphIndex, node: NodeDef) -> Match | None:
         return Match(root=node, nodes=[node], inputs={"x": node.input[0]},
                      extra={"alpha": leaky_alpha(node)})
+
+
+class LeakyReluMax(LeakyReluRule):
+    """leaky_relu(x, a) = max(x, a*x) for 0 <= a <= 1, exact."""
+
+    name = "leaky_relu_max"
+    emits = frozenset({"Maximum", "Mul"})
+    exact = True
 
     def check(self, g: GraphIndex, m: Match) -> Reject | None:
         reason = float_dtype_reason(m.root)

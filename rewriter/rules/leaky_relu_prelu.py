@@ -13,26 +13,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef
+from rewriter.graph import GraphIndex
 from rewriter.rules._activation import float_dtype_reason, static_rank
-from rewriter.rules.base import Builder, Match, Reject, Rule
-from rewriter.rules.leaky_relu_max import leaky_alpha
+from rewriter.rules.base import Builder, Match, Reject
+from rewriter.rules.leaky_relu_max import LeakyReluRule
 
 
-class LeakyReluPrelu(Rule):
+class LeakyReluPrelu(LeakyReluRule):
     """leaky_relu(x, a) = relu(x) + (-a) * relu(-x) (converted to PRELU), exact."""
 
     name = "leaky_relu_prelu"
-    anchors = frozenset({"LeakyRelu"})
-    fixes = frozenset({"LeakyRelu"})
     emits = frozenset({"Relu", "Neg", "Mul", "AddV2"})
     exact = True
-    family = "leaky_relu"
     priority = -1  # one PRELU after conversion beats MAXIMUM + MUL where the target has both
-
-    def pattern(self, g: GraphIndex, node: NodeDef) -> Match | None:
-        return Match(root=node, nodes=[node], inputs={"x": node.input[0]},
-                     extra={"alpha": leaky_alpha(node)})
 
     def check(self, g: GraphIndex, m: Match) -> Reject | None:
         reason = float_dtype_reason(m.root)
