@@ -48,5 +48,5 @@ def run(args: argparse.Namespace, ui: Any) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for name, text in docs_files().items():
         atomic_write_bytes(out / name, text.encode())
-        ui.out(f"wrote {out / name}")
+        ui.info(f"wrote {out / name}")
     return 0
