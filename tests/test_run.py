@@ -147,3 +147,15 @@ def test_output_path_that_is_a_file_is_refused(tmp_path, cli):
 def test_unknown_target_is_refused(tmp_path, cli):
     code, _, err = cli(SAMPLES["keras"], "--target", "nosuch", "-o", tmp_path)
     assert code == 2 and "unknown target" in err and "edgetpu" in err
+
+
+def test_exact_only_refuses_the_approximate_rule_and_says_why(tmp_path, cli):
+    code, _, _ = cli(SAMPLES["keras"], "--target", "edgetpu", "-o", tmp_path, "-q",
+                     "--calibration", CALIB, "--exact-only")
+    report = _report(tmp_path)
+    assert code == 1 and report["ok"] is False
+    assert report["rules_applied"] == []
+    (elu,) = [u for u in report["unsupported_before"] if u["op"] == "Elu"]
+    assert elu["fix"] is None
+    assert "--exact-only refuses it" in elu["why"] and "elu_no_exp" in elu["why"]
+    assert "ELU" in {u["op"] for u in report["unsupported_after"]}
