@@ -17,7 +17,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from rewriter.graph import GraphIndex, NodeDef
-from rewriter.rules.base import ADD_OPS, commuted, dtype_of, producer_op, static_value
+from rewriter.rules.base import (
+    ADD_OPS,
+    Builder,
+    Match,
+    Rule,
+    commuted,
+    dtype_of,
+    producer_op,
+    static_value,
+)
 
 LN_ANCHORS = ADD_OPS
 #: What every LayerNorm rewrite removes: the Neg (left float in int8) and SquaredDifference.
@@ -153,3 +162,28 @@ def build_layernorm(b, ln: LayerNorm, mean_of) -> str:
     if ln.beta is not None:
         y = b.op("AddV2", [y, b.const("beta", ln.beta)], "shifted")
     return y
+
+
+def reduce_mean_layernorm(b: Builder, ln: LayerNorm) -> str:
+    """The LayerNorm of ``ln`` rebuilt with Mean over its own axes (mean, variance, rsqrt)."""
+    axes = np.asarray(ln.axes, np.int32)
+
+    def mean_of(bb: Builder, ref: str, suffix: str) -> str:
+        ax = bb.const(f"{suffix}_axes", axes, dtype=np.int32)
+        return bb.op("Mean", [ref, ax], suffix, attrs={"keep_dims": True, "Tidx": np.int32})
+
+    return build_layernorm(b, ln, mean_of)
+
+
+class LayerNormRule(Rule):
+    """The shared match of the rules replacing a LayerNorm subgraph (Keras 3 / tf_keras)."""
+
+    anchors = LN_ANCHORS
+    fixes = LN_FIXES
+    family = "layernorm"
+
+    def pattern(self, g: GraphIndex, node: NodeDef) -> Match | None:
+        ln = match_layernorm(g, node)
+        if ln is None:
+            return None
+        return Match(root=node, nodes=ln.nodes, inputs={"x": ln.x}, extra={"ln": ln})

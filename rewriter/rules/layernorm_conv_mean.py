@@ -11,28 +11,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef
-from rewriter.rules._layernorm import LN_ANCHORS, LN_FIXES, build_layernorm, match_layernorm
-from rewriter.rules.base import Builder, Match, Reject, Rule, tensor_shape
+from rewriter.graph import GraphIndex
+from rewriter.rules._layernorm import (
+    LN_FIXES,
+    LayerNormRule,
+    build_layernorm,
+)
+from rewriter.rules.base import Builder, Match, Reject, tensor_shape
 
 
-class LayerNormConvMean(Rule):
+class LayerNormConvMean(LayerNormRule):
     """LN over channels with mean_c(x) = conv1x1(x, 1/C), exact; no Mean over depth."""
 
     name = "layernorm_conv_mean"
-    anchors = LN_ANCHORS
     fixes = LN_FIXES | {"Mean"}
-    family = "layernorm"
     emits = frozenset({"Conv2D", "Sub", "Mul", "Rsqrt", "AddV2"})
     exact = True
     priority = 1  # prefer layernorm_decompose where the target can reduce depth
     order = 50  # but run first when both are planned, so it sees the LN subgraphs
-
-    def pattern(self, g: GraphIndex, node: NodeDef) -> Match | None:
-        ln = match_layernorm(g, node)
-        if ln is None:
-            return None
-        return Match(root=node, nodes=ln.nodes, inputs={"x": ln.x}, extra={"ln": ln})
 
     def check(self, g: GraphIndex, m: Match) -> Reject | None:
         shape = tensor_shape(g, m.inputs["x"])

@@ -14,7 +14,7 @@ import numpy as np
 
 from rewriter.graph import GraphIndex, NodeDef
 from rewriter.rules._batchnorm import FUSED_OPS
-from rewriter.rules._layernorm import LayerNorm, build_layernorm
+from rewriter.rules._layernorm import LayerNorm, reduce_mean_layernorm
 from rewriter.rules.base import Builder, Match, Reject, Rule, dtype_of, static_value, tensor_shape
 
 
@@ -52,13 +52,7 @@ class LayerNormFromFusedBatchNorm(Rule):
         return None
 
     def rewrite(self, g: GraphIndex, m: Match, b: Builder) -> str:
-        axes = np.asarray(m.extra["ln"].axes, np.int32)
-
-        def mean_of(bb: Builder, ref: str, suffix: str) -> str:
-            ax = bb.const(f"{suffix}_axes", axes, dtype=np.int32)
-            return bb.op("Mean", [ref, ax], suffix, attrs={"keep_dims": True, "Tidx": np.int32})
-
-        return build_layernorm(b, m.extra["ln"], mean_of)
+        return reduce_mean_layernorm(b, m.extra["ln"])
 
 
 RULES = (LayerNormFromFusedBatchNorm(),)

@@ -32,34 +32,29 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef
-from rewriter.rules._layernorm import LN_ANCHORS, LN_FIXES, match_layernorm
-from rewriter.rules.base import Builder, Match, Reject, Rule, tensor_shape
+from rewriter.graph import GraphIndex
+from rewriter.rules._layernorm import (
+    LN_FIXES,
+    LayerNormRule,
+)
+from rewriter.rules.base import Builder, Match, Reject, tensor_shape
 
 #: The epsilon of the emitted ``l2_normalize`` (TF's default; TFLite's kernel clamps the norm
 #: at 1e-6, the same bound on the sum of squares).
 L2_EPS = 1e-12
 
 
-class LayerNormL2Norm(Rule):
+class LayerNormL2Norm(LayerNormRule):
     """LN(x) = sqrt(C) * slice(l2_normalize(concat(x - mean, sqrt(C eps)))) * gamma + beta."""
 
     name = "layernorm_l2norm"
-    anchors = LN_ANCHORS
     fixes = LN_FIXES | {"Rsqrt"}
-    family = "layernorm"
     emits = frozenset({"Mean", "Sub", "ConcatV2", "Square", "Sum", "Maximum", "Rsqrt", "Mul",
                        "Slice", "AddV2"})
     fused = {"tflite": frozenset({"MEAN", "SUB", "CONCATENATION", "L2_NORMALIZATION", "SLICE",
                                   "MUL", "ADD"})}
     exact = True
     priority = 2  # after layernorm_decompose / layernorm_conv_mean: only where RSQRT is missing
-
-    def pattern(self, g: GraphIndex, node: NodeDef) -> Match | None:
-        ln = match_layernorm(g, node)
-        if ln is None:
-            return None
-        return Match(root=node, nodes=ln.nodes, inputs={"x": ln.x}, extra={"ln": ln})
 
     def check(self, g: GraphIndex, m: Match) -> Reject | None:
         ln = m.extra["ln"]
