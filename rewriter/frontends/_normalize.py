@@ -1,4 +1,5 @@
-"""Graph normalisation after freezing: inline function calls, make grouped convs depthwise.
+"""Graph normalisation after freezing: drop custom-gradient markers, inline function calls, make
+grouped convs depthwise.
 
 Keras 3 wraps grouped convolutions (e.g. ConvNeXt's depthwise 7x7, ``Conv2D(groups=C)``) in
 jit-compiled functions, which ``convert_variables_to_constants_v2`` cannot inline
@@ -27,6 +28,11 @@ def normalize(graph_def: GraphDef, keep: list[str]) -> tuple[GraphDef, list[str]
     (e.g. a replaced filter and its reads) are pruned.
     """
     notes: list[str] = []
+    markers = _strip_custom_gradients(graph_def)
+    if markers:
+        notes.append(f"removed {markers} tf.custom_gradient marker(s) (e.g. Keras 3 swish): an "
+                     "inference graph has no use for them, and they stop SavedModel export and "
+                     "int8 calibration")
     inlined = _inline_calls(graph_def)
     if inlined:
         notes.append(f"inlined {inlined} function call(s) (e.g. Keras 3 jit-compiled convs)")
@@ -39,6 +45,21 @@ def normalize(graph_def: GraphDef, keep: list[str]) -> tuple[GraphDef, list[str]
         g.prune(keep)
         graph_def = g.to_graph_def()
     return graph_def, notes
+
+
+def _strip_custom_gradients(graph_def: GraphDef) -> int:
+    """Drop ``_gradient_op_type`` from nodes (tf.custom_gradient's IdentityN wrappers).
+
+    The forward computation is unchanged, and so is the gradient: without the marker, IdentityN
+    passes gradients straight to the ops that compute its first output (the custom gradient
+    Keras registers only saves memory). Returns how many nodes carried one.
+    """
+    count = 0
+    for node in graph_def.node:
+        if "_gradient_op_type" in node.attr:
+            del node.attr["_gradient_op_type"]
+            count += 1
+    return count
 
 
 def _inline_calls(graph_def: GraphDef) -> int:
