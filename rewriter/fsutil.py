@@ -6,7 +6,6 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -40,18 +39,3 @@ def replace_dir(tmp_dir: str | os.PathLike, target: str | os.PathLike) -> str:
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     return str(target)
-
-
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary sibling path to write (a file or a directory); rename it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent)) / path.name
-    try:
-        yield tmp
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
-    finally:
-        shutil.rmtree(tmp.parent, ignore_errors=True)

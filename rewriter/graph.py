@@ -117,9 +117,11 @@ def set_attr(node: NodeDef, key: str, val: Any) -> None:
         raise TypeError(f"cannot set attr {key!r} from {type(val).__name__}")
 
 
-def node_dtype(node: NodeDef) -> np.dtype | None:
-    """The element dtype a node computes in (attr ``T`` or ``dtype``), when it has one."""
-    for key in ("T", "dtype", "out_type"):
+def node_dtype(node: NodeDef,
+               keys: tuple[str, ...] = ("T", "dtype", "out_type")) -> np.dtype | None:
+    """The element dtype of a node: the first of the type attributes ``keys`` it sets (default:
+    what it computes in, ``T`` or ``dtype``), when it has one."""
+    for key in keys:
         if key in node.attr and node.attr[key].type:
             try:
                 return np_dtype(node.attr[key].type)

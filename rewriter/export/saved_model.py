@@ -65,9 +65,10 @@ def export_saved_model(model: Model, directory: str | os.PathLike) -> ExportResu
     module, fn = serving_function(model)
     tmp = tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent)
     try:
-        # Keras 3 activations (swish, ...) carry tf.custom_gradient wrappers (IdentityN with a
-        # _gradient_op_type) into the frozen graph; their gradient functions cannot be traced
-        # from it and an inference SavedModel does not need them.
+        # The front end drops tf.custom_gradient markers (IdentityN with a _gradient_op_type, as
+        # Keras 3 swish leaves), but Models built elsewhere (model_from_function, merge) may
+        # still carry them; their gradients cannot be traced from a frozen graph and an
+        # inference SavedModel does not need them.
         options = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
         tf.saved_model.save(module, tmp, signatures={"serving_default": fn}, options=options)
         replace_dir(tmp, target)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef, np_dtype
+from rewriter.graph import GraphIndex, NodeDef, node_dtype
 from rewriter.rules.base import Builder, Match, Reject, Rule, static_value
 
 #: Ops folded whatever their dtype (they move shapes around or fill constants).
@@ -25,13 +25,8 @@ MAX_ELEMENTS = 1 << 16
 
 
 def _out_dtype(node: NodeDef) -> np.dtype | None:
-    for key in ("out_type", "DstT", "T", "dtype"):
-        if key in node.attr and node.attr[key].type:
-            try:
-                return np_dtype(node.attr[key].type)
-            except KeyError:
-                return None
-    return None
+    """The dtype a node produces: output-type attributes first (Shape's out_type, Cast's DstT)."""
+    return node_dtype(node, ("out_type", "DstT", "T", "dtype"))
 
 
 class FoldShapeConstants(Rule):
