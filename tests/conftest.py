@@ -45,3 +45,15 @@ def cli(capsys):
         return code, out, err
 
     return _run
+
+
+@pytest.fixture(scope="session")
+def edgetpu_run(tmp_path_factory) -> tuple[int, Path]:
+    """``rewrite models/convbn_elu.keras --target edgetpu`` with the shipped calibration data,
+    run once for the session: (exit code, output directory)."""
+    from rewriter.cli import main
+
+    out = tmp_path_factory.mktemp("edgetpu")
+    code = main([str(SAMPLES["keras"]), "--target", "edgetpu", "-o", str(out), "-q",
+                 "--calibration", str(MODELS / "calibration.npy")])
+    return code, out

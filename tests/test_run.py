@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pytest
 
 from .conftest import MODELS, SAMPLES
 
@@ -14,16 +13,6 @@ CALIB = str(MODELS / "calibration.npy")
 
 def _report(out) -> dict:
     return json.loads((out / "report.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def edgetpu_run(tmp_path_factory):
-    from rewriter.cli import main
-
-    out = tmp_path_factory.mktemp("edgetpu")
-    code = main([str(SAMPLES["keras"]), "--target", "edgetpu", "-o", str(out), "-q",
-                 "--calibration", CALIB])
-    return code, out
 
 
 def test_edgetpu_job_succeeds_with_every_op_in_the_table(edgetpu_run):
