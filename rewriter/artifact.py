@@ -2,7 +2,7 @@
 
 The TFLite file is read with the flatbuffer schema shipped in ``ai_edge_litert`` (no interpreter,
 no delegates: what is in the file, in execution order). The ONNX file is read with ``onnx`` and
-its shape inference. Both give :class:`rewriter.targets.OpFacts`, which the op tables judge.
+its shape inference. Both give :class:`rewriter.opfacts.OpFacts`, which the op tables judge.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from rewriter.errors import UserError
-from rewriter.targets import OpFacts
+from rewriter.opfacts import OpFacts
 
 
 @dataclass

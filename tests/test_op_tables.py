@@ -9,16 +9,16 @@ import pytest
 from rewriter.errors import UserError
 from rewriter.targets import (
     TABLE_DIR,
-    _read_table,
     list_targets,
     load_target,
+    read_table,
     target_from_table,
     target_names,
 )
 
 
 def _edgetpu_data() -> dict:
-    return copy.deepcopy(_read_table(TABLE_DIR / "edgetpu.toml"))
+    return copy.deepcopy(read_table(TABLE_DIR / "edgetpu.toml"))
 
 
 def test_every_table_loads_with_source_and_version():

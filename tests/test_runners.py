@@ -12,6 +12,7 @@ from rewriter.export.onnx import export_onnx
 from rewriter.export.tflite import export_tflite
 from rewriter.model import Model, Source, TensorSpec
 from rewriter.verify.data import synthetic_inputs
+from rewriter.verify.factory import load_any
 from rewriter.verify.metrics import compare, stack_samples
 from rewriter.verify.runners import (
     LiteRTRunner,
@@ -19,15 +20,13 @@ from rewriter.verify.runners import (
     RunnerError,
     TFRunner,
     dequantize,
-    load_any,
     match_names,
     quantize,
     run_onnx,
     run_tf,
     run_tflite,
-    run_tflm,
 )
-from rewriter.verify.tflm import TflmRunner, _why, tflm_available
+from rewriter.verify.tflm import TflmRunner, _why, run_tflm, tflm_available
 
 needs_tflm = pytest.mark.skipif(not tflm_available(), reason="tflite-micro not installed")
 

@@ -127,7 +127,7 @@ def run(args: argparse.Namespace, ui: Any) -> int:
 def _load(path: str, args: argparse.Namespace) -> Any:
     from rewriter.commands._common import parse_input_shapes
     from rewriter.frontends import LoadOptions
-    from rewriter.verify.runners import load_any
+    from rewriter.verify.factory import load_any
 
     def split(v: str | None) -> list[str] | None:
         return [x.strip() for x in v.split(",") if x.strip()] if v else None

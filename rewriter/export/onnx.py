@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from rewriter.export import ExportError, ExportResult
+from rewriter.export.result import ExportError, ExportResult
 from rewriter.fsutil import atomic_write_bytes
 from rewriter.model import Model
 

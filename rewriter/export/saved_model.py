@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rewriter.export import ExportResult
+from rewriter.export.result import ExportResult
 from rewriter.fsutil import replace_dir
 from rewriter.model import Model
 

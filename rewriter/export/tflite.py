@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from rewriter.export import ExportError, ExportResult
+from rewriter.export.result import ExportError, ExportResult
 from rewriter.fsutil import atomic_write_bytes
 from rewriter.model import Model
 

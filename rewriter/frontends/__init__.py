@@ -10,25 +10,16 @@ what is wrong and what to do. Inputs are only read.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from rewriter.errors import UserError
+from rewriter.frontends.options import LoadOptions
 from rewriter.model import Model
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 ZIP_MAGIC = b"PK\x03\x04"
 
-
-@dataclass
-class LoadOptions:
-    """What the user told us about the model beyond its path."""
-
-    signature: str | None = None
-    inputs: list[str] | None = None
-    outputs: list[str] | None = None
-    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    unsafe: bool = False
+__all__ = ["LoadOptions", "detect_format", "load_model"]
 
 
 def detect_format(path: str) -> str:

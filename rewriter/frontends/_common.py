@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rewriter.errors import UserError
-from rewriter.frontends import LoadOptions
+from rewriter.frontends.options import LoadOptions
 from rewriter.graph import GraphDef, parse_input
 from rewriter.model import TensorSpec
 

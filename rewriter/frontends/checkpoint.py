@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from rewriter.errors import UserError
-from rewriter.frontends import LoadOptions
 from rewriter.frontends._common import NON_OUTPUT_OPS
 from rewriter.frontends.graphdef import model_from_graphdef
+from rewriter.frontends.options import LoadOptions
 from rewriter.graph import parse_input
 from rewriter.model import Model
 

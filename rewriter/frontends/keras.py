@@ -13,12 +13,12 @@ import re
 from typing import Any
 
 from rewriter.errors import UserError
-from rewriter.frontends import LoadOptions
 from rewriter.frontends._common import (
     check_shape_overrides,
     freeze_concrete_function,
     static_shape,
 )
+from rewriter.frontends.options import LoadOptions
 from rewriter.model import Model, Source, TensorSpec
 
 _LAMBDA_HINT = ("pass --unsafe only if you trust the file: a Lambda layer runs Python code "

@@ -10,13 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from rewriter.errors import UserError
-from rewriter.frontends import LoadOptions
 from rewriter.frontends._common import (
     check_shape_overrides,
     freeze_concrete_function,
     set_placeholder_shapes,
     static_shape,
 )
+from rewriter.frontends.options import LoadOptions
 from rewriter.model import Model, Source, TensorSpec
 
 

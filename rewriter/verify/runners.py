@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -257,43 +256,6 @@ def run_onnx(path: str | os.PathLike, feeds: Mapping[str, np.ndarray],
              output_names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
     """Run an ``.onnx`` in ONNX Runtime (CPU); outputs renamed to ``output_names``."""
     return rename_outputs(OnnxRunner(path).run(feeds), output_names)
-
-
-# ---------------------------------------------------------------------------- TFLite Micro
-def run_tflm(path: str | os.PathLike, feeds: Mapping[str, np.ndarray],
-             output_names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-    """Run a ``.tflite`` in TFLite Micro (in a subprocess, since it can abort)."""
-    from rewriter.verify.tflm import TflmRunner
-
-    return rename_outputs(TflmRunner(path).run(feeds), output_names)
-
-
-# ---------------------------------------------------------------------------- any file
-def load_any(path: str | os.PathLike, options: Any = None,
-             tflite_runtime: str = "litert") -> Runner:
-    """A runner for any supported model file.
-
-    ``.tflite`` runs in LiteRT (or TFLite Micro with ``tflite_runtime="tflm"``), ``.onnx`` in
-    ONNX Runtime, everything else (``.keras``, ``.h5``, SavedModel, ``.pb``, checkpoint) is
-    loaded by :func:`rewriter.frontends.load_model` and runs in TensorFlow.
-    """
-    p = Path(path)
-    suffix = p.suffix.lower()
-    if suffix == ".tflite":
-        if not p.is_file():
-            raise UserError(f"{p}: no such file")
-        if tflite_runtime == "tflm":
-            from rewriter.verify.tflm import TflmRunner
-
-            return TflmRunner(p)
-        return LiteRTRunner(p)
-    if suffix == ".onnx":
-        if not p.is_file():
-            raise UserError(f"{p}: no such file")
-        return OnnxRunner(p)
-    from rewriter.frontends import load_model
-
-    return TFRunner(load_model(os.fspath(p), options))
 
 
 def rename_outputs(outputs: dict[str, np.ndarray],

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rewriter.verify.runners import LiteRTRunner, Runner, RunnerError
+from rewriter.verify.runners import LiteRTRunner, Runner, RunnerError, rename_outputs
 
 #: Seconds a TFLite Micro run may take before it is killed.
 TIMEOUT = 300.0
@@ -64,6 +64,12 @@ class TflmRunner(Runner):
                              len(self.outputs))
         return [{name: self.io.decode(j, raw[f"s{k}_o{j}"])
                  for j, name in enumerate(self.outputs)} for k in range(len(samples))]
+
+
+def run_tflm(path: str | os.PathLike, feeds: Mapping[str, np.ndarray],
+             output_names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """Run a ``.tflite`` in TFLite Micro (in a subprocess, since it can abort)."""
+    return rename_outputs(TflmRunner(path).run(feeds), output_names)
 
 
 def run_subprocess(model_path: str, arrays: dict[str, np.ndarray], n_samples: int,

@@ -1,0 +1,42 @@
+"""What is known about one operator of a deployable file: the vocabulary the op tables judge.
+
+An :class:`OpFacts` comes from two places: the TF graph, predicting what the converter will
+emit (:mod:`rewriter.targets.predict`), and the exported ``.tflite``/``.onnx`` itself
+(:mod:`rewriter.artifact`). The tables (:mod:`rewriter.targets`) judge both the same way. This
+module imports nothing of the project, so both sides can use it without a circle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Shape = tuple  # a tensor shape; ``None`` entries are unknown (dynamic) dimensions
+
+
+@dataclass
+class OpFacts:
+    """What is known about one target op: from a TF node (predicted) or from the artifact.
+
+    Shapes are NHWC for TFLite ops; ``strides``, ``kernel`` and ``dilation`` are (h, w).
+    ``None`` means unknown, and a constraint that needs an unknown fact is not judged.
+    """
+
+    node: str
+    op: str
+    source_op: str | None = None
+    dtype: str | None = None
+    out_dtype: str | None = None
+    input_shape: Shape | None = None
+    output_shape: Shape | None = None
+    strides: tuple[int, int] | None = None
+    kernel: tuple[int, int] | None = None
+    dilation: tuple[int, int] | None = None
+    padding: str | None = None
+    fused_activation: str | None = None
+    axes: tuple[int, ...] | None = None
+    slice_strides: tuple[int, ...] | None = None
+    version: int | None = None
+    custom: bool = False
+    boundary: bool = False  # QUANTIZE of a graph input / DEQUANTIZE of a graph output
+    note: str | None = None
+    related_op: str | None = None  # the float op a mid-graph (DE)QUANTIZE exists for

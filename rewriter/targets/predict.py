@@ -1,0 +1,372 @@
+"""Converter prediction: the target ops a TF graph will become, with their facts.
+
+:func:`graph_facts` walks the frozen graph in execution order and says, per node, which target
+ops the converter will emit (the lowering table), which nodes it folds away (constant
+subgraphs, bias/batch norm/activation folded into the preceding conv) and which patterns it
+fuses into one op (hard swish, GELU, L2 normalisation), with dtypes after quantisation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from rewriter.opfacts import OpFacts, Shape
+from rewriter.targets.tables import lowering
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rewriter.model import Model
+    from rewriter.targets.target import Target
+
+_STATEFUL = {"RandomUniform", "RandomStandardNormal", "Placeholder", "PlaceholderWithDefault",
+             "VarHandleOp", "ReadVariableOp", "VariableV2"}
+
+
+def graph_facts(model: Model, target: Target, quantize: str) -> list[OpFacts]:
+    """Facts for every op the converter will emit for ``model``, in execution order.
+
+    Nodes the converter removes (constant subgraphs, bias/batch-norm/activation folded into the
+    preceding conv) get one fact with ``op == ""`` and a note saying why.
+    """
+    from rewriter.graph import GraphIndex
+    from rewriter.model import PLUMBING_OPS
+
+    index = GraphIndex(model.graph_def)
+    shapes = _infer_shapes(model)
+    consts = _constant_nodes(index)
+    tflite = target.artifact == "tflite"
+    folded = _folded_into_producer(index, consts) if tflite else {}
+    fused = _converter_fusions(index, consts) if tflite else {}
+    if tflite:
+        fused.update(_l2norm_fusions(index, consts, shapes))
+    out: list[OpFacts] = []
+    for node in index.topological_order():
+        if node.op in PLUMBING_OPS or node.op == "Const" or node.name in consts:
+            continue
+        if node.name in folded:
+            out.append(OpFacts(node.name, "", source_op=node.op,
+                               note=f"folded into {folded[node.name]} by the converter"))
+            continue
+        if fused.get(node.name, ("", ""))[1]:
+            out.append(OpFacts(node.name, "", source_op=node.op, note=fused[node.name][1]))
+            continue
+        base = _node_facts(index, node, shapes)
+        lowered = target.lower(node.op)
+        if node.name in fused:
+            lowered = [fused[node.name][0]]
+        elif tflite and node.op in ("StatefulPartitionedCall", "PartitionedCall"):
+            lowered = _call_lowering(index, node, target)
+            live = [r for r in node.input if not r.startswith("^")
+                    and r.split(":")[0] not in consts]
+            if live:
+                base.input_shape = shapes.get(_tensor_name(live[0]))
+        elif tflite and node.op in ("RealDiv", "Div") and _const_input(node, consts, 1):
+            lowered = ["MUL"]
+        if lowered is None:
+            base.op, base.custom = f"Flex{node.op}", True
+            if target.artifact == "onnx":
+                base.op, base.custom = node.op, False
+            out.append(base)
+            continue
+        if target.artifact == "tflite" and node.op in ("FusedBatchNorm", "FusedBatchNormV3"):
+            lowered = ["MUL", "ADD"]
+        for t in lowered:
+            f = OpFacts(**{**base.__dict__, "op": t})
+            f.dtype = f.out_dtype = tf_level_dtype(t, base.dtype, quantize, target.artifact)
+            f.note = float_note(t, quantize, target.artifact)
+            out.append(f)
+    return out
+
+
+def _const_input(node: Any, consts: set[str], i: int) -> bool:
+    from rewriter.graph import parse_input
+
+    data = [r for r in node.input if not r.startswith("^")]
+    return len(data) > i and parse_input(data[i])[0] in consts
+
+
+def _converter_fusions(index: Any, consts: set[str]) -> dict[str, tuple[str, str]]:
+    """Patterns the TFLite converter fuses into one op: node -> (op, "") for the fused op, and
+    node -> ("", note) for the nodes it absorbs. Today: hard swish, x * relu6(x + 3) / 6."""
+    from rewriter.graph import parse_input
+
+    out: dict[str, tuple[str, str]] = {}
+
+    def live_inputs(node: Any) -> list[str]:
+        return [parse_input(r)[0] for r in node.input
+                if not r.startswith("^") and parse_input(r)[0] not in consts]
+
+    def single(name: str, op: tuple[str, ...]) -> Any:
+        node = index.nodes.get(name)
+        if node is None or node.op not in op or len(index.consumers(name)) != 1:
+            return None
+        return node
+
+    for node in index:
+        if node.op != "Mul":
+            continue
+        live = live_inputs(node)
+        if len(live) != 2:
+            continue
+        for x, y in (live, live[::-1]):
+            scale = single(y, ("RealDiv", "Mul"))
+            if scale is not None and len(live_inputs(scale)) == 1:
+                relu6 = single(live_inputs(scale)[0], ("Relu6",))
+                head, absorbed = node, [scale]
+            else:  # (x * relu6(x + 3)) / 6
+                relu6 = single(y, ("Relu6",))
+                after = index.consumers(node.name)
+                head = after[0] if len(after) == 1 else None
+                if head is None or head.op not in ("RealDiv", "Mul") or len(live_inputs(head)) != 1:
+                    continue
+                absorbed = [node]
+            add = relu6 and single(live_inputs(relu6)[0], ("AddV2", "Add"))
+            if add and live_inputs(add) == [x]:
+                note = f"fused into HARD_SWISH at {head.name} by the converter"
+                out[head.name] = ("HARD_SWISH", "")
+                for n in (*absorbed, relu6, add):
+                    out[n.name] = ("", note)
+                break
+    _gelu_fusions(index, live_inputs, single, out)
+    return out
+
+
+def _gelu_fusions(index: Any, live_inputs: Callable[[Any], list[str]],
+                  single: Callable[..., Any], out: dict[str, tuple[str, str]]) -> None:
+    """Keras 3 GELU, 0.5x * erfc(-x / sqrt 2): the converter emits one GELU op."""
+    for erfc in list(index):
+        if erfc.op != "Erfc" or len(live_inputs(erfc)) != 1:
+            continue
+        scale = single(live_inputs(erfc)[0], ("Mul", "RealDiv"))
+        neg = scale and len(live_inputs(scale)) == 1 and single(live_inputs(scale)[0], ("Neg",))
+        after = index.consumers(erfc.name)
+        if not neg or len(after) != 1 or after[0].op != "Mul":
+            continue
+        head, x = after[0], live_inputs(neg)[0]
+        others = [n for n in live_inputs(head) if n != erfc.name]
+        half = single(others[0], ("Mul",)) if len(others) == 1 else None
+        if half is None or live_inputs(half) != [x]:
+            continue
+        note = f"fused into GELU at {head.name} by the converter"
+        out[head.name] = ("GELU", "")
+        for n in (half, neg, scale, erfc):
+            out[n.name] = ("", note)
+
+
+#: The converter fuses ``max(sum(x^2), eps)`` / ``sum(x^2) + eps`` only for eps below this
+#: (measured with TF 2.21: 9e-4 and 1e-4 fuse, 1e-3 and 1e-2 do not).
+L2_FUSION_EPS_BELOW = 1e-3
+
+
+def _l2norm_fusions(index: Any, consts: set[str], shapes: dict[str, Shape]
+                    ) -> dict[str, tuple[str, str]]:
+    """``tf.math.l2_normalize`` over the last axis, ``x * rsqrt(max(sum(x^2, -1, keepdims),
+    eps))`` (the max optional): the converter emits one L2_NORMALIZATION at the Mul."""
+    from rewriter.graph import parse_input
+
+    out: dict[str, tuple[str, str]] = {}
+
+    def live(node: Any) -> list[str]:
+        return [r for r in node.input if not r.startswith("^")
+                and parse_input(r)[0] not in consts]
+
+    def single(ref: str, ops: tuple[str, ...]) -> Any:
+        node = index.nodes.get(parse_input(ref)[0])
+        if node is None or node.op not in ops or len(index.consumers(node.name)) != 1:
+            return None
+        return node if len(live(node)) == 1 else None
+
+    for rsqrt in list(index):
+        if rsqrt.op != "Rsqrt" or len(live(rsqrt)) != 1:
+            continue
+        after = index.consumers(rsqrt.name)
+        head = after[0] if len(after) == 1 and after[0].op == "Mul" else None
+        clamp = single(live(rsqrt)[0], ("Maximum", "AddV2", "Add"))
+        total = single(live(clamp)[0] if clamp else live(rsqrt)[0], ("Sum",))
+        square = total and single(live(total)[0], ("Square",))
+        if head is None or not square or not total.attr["keep_dims"].b:
+            continue
+        x = live(square)[0]
+        others = [r for r in live(head) if parse_input(r)[0] != rsqrt.name]
+        if others != [x] or not _last_axis_only(index, total, shapes.get(_tensor_name(x))):
+            continue
+        if clamp is not None and not _small_const(index, clamp):
+            continue
+        note = f"fused into L2_NORMALIZATION at {head.name} by the converter"
+        out[head.name] = ("L2_NORMALIZATION", "")
+        for n in (square, total, clamp, rsqrt):
+            if n is not None:
+                out[n.name] = ("", note)
+    return out
+
+
+def _last_axis_only(index: Any, reduce: Any, shape: Shape | None) -> bool:
+    axes = index.const_value(reduce.input[1])
+    if axes is None or shape is None:
+        return False
+    rank = len(shape)
+    return [int(a) % rank for a in axes.reshape(-1)] == [rank - 1]
+
+
+def _small_const(index: Any, node: Any) -> bool:
+    vals = [index.const_value(r) for r in node.input if not r.startswith("^")]
+    eps = [v for v in vals if v is not None]
+    return len(eps) == 1 and eps[0].size == 1 and 0 <= float(eps[0].reshape(-1)[0]) \
+        < L2_FUSION_EPS_BELOW
+
+
+def _call_lowering(index: Any, node: Any, target: Target) -> list[str] | None:
+    """Ops emitted for a function call node (the converter inlines the function body)."""
+    from rewriter.model import PLUMBING_OPS
+
+    name = node.attr["f"].func.name
+    fn = next((f for f in index.library.function if f.signature.name == name), None)
+    if fn is None:
+        return None
+    ops: list[str] = []
+    for body in fn.node_def:
+        if body.op in PLUMBING_OPS or body.op == "Const":
+            continue
+        lowered = target.lower(body.op)
+        if lowered is None:
+            return None
+        ops += lowered
+    return ops
+
+
+def _infer_shapes(model: Model) -> dict[str, Shape]:
+    """Static shapes of every tensor (``"node:i"``), with the signature's input shapes."""
+    import copy
+
+    import tensorflow as tf
+
+    gd = copy.deepcopy(model.graph_def)
+    by_node = {spec.node: spec for spec in model.inputs}
+    for node in gd.node:
+        spec = by_node.get(node.name)
+        if spec is not None and node.op == "Placeholder":
+            shape = node.attr["shape"].shape
+            del shape.dim[:]
+            for d in spec.shape:
+                shape.dim.add().size = -1 if d is None else int(d)
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.import_graph_def(gd, name="")
+    shapes: dict[str, Shape] = {}
+    for op in graph.get_operations():
+        for i, t in enumerate(op.outputs):
+            dims = t.shape.as_list() if t.shape.rank is not None else None
+            shapes[f"{op.name}:{i}"] = tuple(dims) if dims is not None else None
+    return shapes
+
+
+def _constant_nodes(index: Any) -> set[str]:
+    """Nodes whose value is a constant: the converter folds them away."""
+    from rewriter.graph import parse_input
+
+    consts: set[str] = set()
+    for node in index.topological_order():
+        if node.op == "Const":
+            consts.add(node.name)
+            continue
+        data = [parse_input(r)[0] for r in node.input if not r.startswith("^")]
+        if data and node.op not in _STATEFUL and all(d in consts for d in data):
+            consts.add(node.name)
+    return consts
+
+
+def _folded_into_producer(index: Any, consts: set[str]) -> dict[str, str]:
+    """Nodes the TFLite converter folds into a preceding conv/matmul: node -> that producer."""
+    from rewriter.graph import parse_input
+
+    low = lowering()["tflite_int8"]
+    foldable, producers = set(low["fold_into_producer"]), set(low["producers"])
+    root: dict[str, str] = {}
+    activated: set[str] = set()
+    for node in index.topological_order():
+        if node.op in producers:
+            root[node.name] = node.name
+            continue
+        if node.op not in foldable:
+            continue
+        data = [parse_input(r)[0] for r in node.input if not r.startswith("^")]
+        live = [d for d in data if d not in consts]
+        if len(live) != 1:
+            continue
+        src = index.skip_identity(live[0])
+        if src is None or src.name not in root or len(index.consumers(src.name)) != 1:
+            continue
+        r = root[src.name]
+        if r in activated:
+            continue
+        if node.op in ("Relu", "Relu6"):
+            activated.add(r)
+        elif node.op in ("Sub",) and data[0] in consts:
+            continue
+        root[node.name] = r
+    return {n: r for n, r in root.items() if n != r}
+
+
+def _node_facts(index: Any, node: Any, shapes: dict[str, Shape]) -> OpFacts:
+    from rewriter.graph import node_dtype
+
+    data = [r for r in node.input if not r.startswith("^")]
+    in_shape = shapes.get(_tensor_name(data[0])) if data else None
+    dt = node_dtype(node)
+    f = OpFacts(node.name, node.op, source_op=node.op,
+                dtype=dt.name if dt is not None else None, input_shape=in_shape,
+                output_shape=shapes.get(f"{node.name}:0"))
+    attrs = node.attr
+    if "strides" in attrs and len(attrs["strides"].list.i) == 4 and node.op != "StridedSlice":
+        s = attrs["strides"].list.i
+        f.strides = (int(s[1]), int(s[2]))
+    if "dilations" in attrs and len(attrs["dilations"].list.i) == 4:
+        d = attrs["dilations"].list.i
+        f.dilation = (int(d[1]), int(d[2]))
+    if "padding" in attrs:
+        f.padding = attrs["padding"].s.decode()
+    if "ksize" in attrs and len(attrs["ksize"].list.i) == 4:
+        k = attrs["ksize"].list.i
+        f.kernel = (int(k[1]), int(k[2]))
+    elif node.op in ("Conv2D", "DepthwiseConv2dNative") and len(data) > 1:
+        w = shapes.get(_tensor_name(data[1]))
+        if w and len(w) == 4 and w[0] is not None:
+            f.kernel = (int(w[0]), int(w[1]))
+    if node.op in ("Mean", "Sum", "Max", "Min", "Prod", "Split") and len(data) > 1:
+        axis_ref = data[0] if node.op == "Split" else data[1]
+        axes = index.const_value(axis_ref)
+        if axes is not None:
+            f.axes = tuple(int(a) for a in axes.reshape(-1))
+        if node.op == "Split":
+            f.input_shape = shapes.get(_tensor_name(data[1]))
+    if node.op == "StridedSlice" and len(data) > 3:
+        st = index.const_value(data[3])
+        if st is not None:
+            f.slice_strides = tuple(int(s) for s in st.reshape(-1))
+    return f
+
+
+def _tensor_name(ref: str) -> str:
+    name, _, idx = ref.partition(":")
+    return f"{name}:{idx or 0}"
+
+
+# ----------------------------------------------------------------------------- dtypes
+def _float_ops_in_int8() -> set[str]:
+    return set(lowering()["tflite_int8"]["float_ops"])
+
+
+def tf_level_dtype(target_op: str, tf_dtype: str | None, quantize: str, artifact: str) -> str:
+    """The dtype a target op will compute in after conversion with ``quantize``."""
+    tf_dtype = tf_dtype or "float32"
+    if artifact == "onnx" or quantize != "int8" or tf_dtype != "float32":
+        return tf_dtype
+    return "float32" if target_op in _float_ops_in_int8() else "int8"
+
+
+def float_note(target_op: str, quantize: str, artifact: str) -> str | None:
+    """Why a target op stays in float32 in a full-int8 file, or None."""
+    if artifact == "tflite" and quantize == "int8" and target_op in _float_ops_in_int8():
+        return ("the TFLite converter keeps it in float32 in full-int8 conversion, "
+                "DEQUANTIZE -> op -> QUANTIZE")
+    return None
