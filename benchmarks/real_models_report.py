@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rewriter.verify.tolerance import INT8_MIN_COSINE
+
 
 def render(doc: dict[str, Any]) -> str:
     """The results as markdown: one summary table, then per-model details."""
@@ -64,7 +66,8 @@ def why_not_ok(r: dict[str, Any], base: dict[str, Any]) -> str:
             why.append(f"the rewrite costs int8 accuracy: cosine {art['cosine']:.4f} vs the plain "
                        f"converter's {acc['cosine']:.4f} on the same data")
         elif acc:
-            why.append(f"int8 cosine {art['cosine']:.4f} < 0.99, as for the plain converter "
+            why.append(f"int8 cosine {art['cosine']:.4f} < {INT8_MIN_COSINE}, as for the plain "
+                       "converter "
                        f"({acc['cosine']:.4f}): quantisation of this model, not the rewrite")
         else:
             why.append(f"artifact does not match (cosine {art.get('cosine')})")

@@ -7,14 +7,8 @@ except one retry: when the exported artifact still holds an op that a rule was m
 (the converter re-fused it, or left it in float), the next rule for that op is tried and the
 report says so.
 
-Tolerances (the ``equivalence`` section states the ones used):
-
-* rewritten TF graph vs original, all rules exact: |d| <= 1e-5 * max|ref| + 1e-5 * |ref|;
-* with approximate rules: |d| <= (1e-5 + sum of the applied rules' bounds) * max(1, max|ref|)
-  per element, and cosine >= 0.999 (an op-level bound grows through the layers after it, so
-  the element bound alone would not be honest);
-* float artifact vs original: 1e-4 relative to the output's scale; float16: 1e-2;
-* int8 artifact vs original float model: cosine >= 0.99 (quantisation error is not a bug).
+Tolerances come from :mod:`rewriter.verify.tolerance` (the ``equivalence`` section states the
+ones used).
 """
 
 from __future__ import annotations
@@ -28,13 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from rewriter.defaults import CALIBRATION_SAMPLES, CALIBRATION_SEED, VERIFY_SAMPLES, VERIFY_SEED
 from rewriter.errors import UserError
 from rewriter.model import Model
-
-INT8_MIN_COSINE = 0.99
-FLOAT_ARTIFACT_RTOL = 1e-4
-FLOAT16_ARTIFACT_RTOL = 1e-2
-APPROX_MIN_COSINE = 0.999
 
 
 @dataclass
@@ -46,8 +36,8 @@ class JobOptions:
     exact_only: bool = False
     calibration: str | None = None  # .npy/.npz/image dir for int8 calibration
     inputs: str | None = None  # .npy/.npz/image dir for verification (default: calibration)
-    samples: int = 8  # verification samples
-    calibration_samples: int = 32
+    samples: int = VERIFY_SAMPLES  # verification samples
+    calibration_samples: int = CALIBRATION_SAMPLES
     int8_io: bool | None = None  # None: int8 I/O when the target is an int8 accelerator
     input_ranges: dict[str, tuple[float, float]] = field(default_factory=dict)  # synthetic data
     run_vela: bool = True
@@ -347,12 +337,13 @@ def _data(model: Model, opts: JobOptions, quantize: str,
     elif calibration:
         samples = calibration[: opts.samples]
     else:
-        samples = synthetic_inputs(model.inputs, opts.samples, seed=0, ranges=opts.input_ranges)
+        samples = synthetic_inputs(model.inputs, opts.samples, seed=VERIFY_SEED,
+                                   ranges=opts.input_ranges)
         warnings.append(f"verified on {len(samples)} synthetic inputs (seeded, uniform in "
                         f"{_ranges_text(model, opts.input_ranges)}); give --data or "
                         "--calibration with real data to measure on it")
     if quantize == "int8" and calibration is None:
-        calibration = synthetic_inputs(model.inputs, opts.calibration_samples, seed=1,
+        calibration = synthetic_inputs(model.inputs, opts.calibration_samples, seed=CALIBRATION_SEED,
                                        ranges=opts.input_ranges)
         warnings.append("int8 calibrated on synthetic inputs: accuracy on real data is "
                         "unmeasured; give --calibration (.npy, .npz or an image directory)")
@@ -374,20 +365,10 @@ def _run_all(model: Model, samples: list[dict[str, np.ndarray]]) -> dict[str, np
 
 def _compare_rewritten(ref: dict[str, np.ndarray], test: dict[str, np.ndarray],
                        applied: list[dict[str, Any]], n: int) -> Any:
-    from rewriter.verify.metrics import compare
+    from rewriter.verify.metrics import compare_within
+    from rewriter.verify.tolerance import DEFAULT_POLICY
 
-    approx = [a["bound"]["max_abs_error"] for a in applied if not a["exact"] and a["bound"]]
-    if not approx:
-        cmp = compare(ref, test, samples=n)
-        cmp.notes.append("all applied rules are exact: tolerance 1e-5 relative")
-        return cmp
-    budget = 1e-5 + float(sum(approx))
-    atol = {k: budget * max(1.0, float(np.max(np.abs(v)))) for k, v in ref.items()}
-    cmp = compare(ref, test, atol=atol, rtol=0.0, min_cosine=APPROX_MIN_COSINE, samples=n)
-    cmp.notes.append(f"approximate rules applied ({len(approx)} matches): tolerance is the sum "
-                     f"of their bounds ({budget:.3g}) times max(1, max|ref|), cosine >= "
-                     f"{APPROX_MIN_COSINE}")
-    return cmp
+    return compare_within(ref, test, DEFAULT_POLICY.for_rewrite(applied, ref), n)
 
 
 def _export(model: Model, target: Any, quantize: str, calibration: Any, opts: JobOptions,
@@ -442,8 +423,9 @@ def _wants_int8_io(target: Any) -> bool:
 def _verify_artifact(path: str, kind: str, quantize: str, model: Model,
                      samples: list[dict[str, np.ndarray]], reference: dict[str, np.ndarray]
                      ) -> tuple[Any, dict[str, np.ndarray]]:
-    from rewriter.verify.metrics import compare, stack_samples
+    from rewriter.verify.metrics import compare_within, stack_samples
     from rewriter.verify.runners import LiteRTRunner, OnnxRunner, rename_outputs
+    from rewriter.verify.tolerance import DEFAULT_POLICY
 
     names = [o.name for o in model.outputs]
     try:
@@ -451,18 +433,8 @@ def _verify_artifact(path: str, kind: str, quantize: str, model: Model,
         outs = stack_samples([rename_outputs(o, names) for o in runner.run_many(samples)])
     except UserError as exc:
         raise UserError(f"the exported artifact does not run: {exc}") from None
-    scale = {k: float(np.max(np.abs(v))) for k, v in reference.items()}
-    if quantize == "int8":
-        cmp = compare(reference, outs, atol=float("inf"), rtol=0.0, min_cosine=INT8_MIN_COSINE,
-                      samples=len(samples))
-        cmp.notes.append(f"int8 artifact vs float original: pass is cosine >= {INT8_MIN_COSINE}")
-        return cmp, outs
-    rtol = FLOAT16_ARTIFACT_RTOL if quantize == "float16" else FLOAT_ARTIFACT_RTOL
-    cmp = compare(reference, outs, atol={k: rtol * s for k, s in scale.items()}, rtol=rtol,
-                  samples=len(samples))
-    cmp.notes.append(f"{quantize} artifact vs original: tolerance {rtol:g} relative to the "
-                     "output's scale")
-    return cmp, outs
+    tolerance = DEFAULT_POLICY.for_artifact(quantize, reference)
+    return compare_within(reference, outs, tolerance, len(samples)), outs
 
 
 def _summary(report: dict[str, Any], tf_cmp: Any, art_cmp: Any) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rewriter.verify.per_rule import RuleCheck, TolerancePolicy, check_each_rule, first_failure
+from rewriter.verify.per_rule import RuleCheck, check_each_rule, first_failure
+from rewriter.verify.tolerance import TolerancePolicy
 
 RULES = ["batchnorm_fold_into_conv", "elu_exact"]
 
@@ -105,9 +106,13 @@ def test_a_rule_that_raises_is_named_with_its_node(model, monkeypatch):
 
 def test_approximate_tolerance_grows_with_the_applied_bounds():
     ref = {"y": np.array([0.0, 4.0])}
-    kw, note = TolerancePolicy().tolerances([{"exact": True}], ref)
-    assert kw["rtol"] == 1e-5 and kw["atol"]["y"] == pytest.approx(4e-5)
-    kw, note = TolerancePolicy().tolerances(
+    tol = TolerancePolicy().for_rewrite([{"exact": True}], ref)
+    assert tol.rtol == 1e-5 and tol.atol["y"] == pytest.approx(4e-5) and tol.min_cosine is None
+    tol = TolerancePolicy().for_rewrite(
         [{"exact": False, "bound": {"max_abs_error": 1e-3}}] * 2, ref)
-    assert kw["atol"]["y"] == pytest.approx((1e-5 + 2e-3) * 4.0)
-    assert kw["min_cosine"] == 0.999 and "2 approximate" in note
+    assert tol.atol["y"] == pytest.approx(1e-5 * 4.0 + 2e-3 * 4.0)
+    assert tol.min_cosine == 0.999 and "2 approximate" in tol.note
+    # below scale 1 the bounds count in absolute terms: max(1, s)
+    tol = TolerancePolicy().for_rewrite([{"exact": False, "bound": {"max_abs_error": 1e-3}}],
+                                        {"y": np.array([0.0, 0.5])})
+    assert tol.atol["y"] == pytest.approx(1e-5 * 0.5 + 1e-3)

@@ -27,15 +27,14 @@ from benchmarks.real_models import (
     fer_case,
     run_rewrite,
 )
+from rewriter.verify.tolerance import ARTIFACT_RTOL, EXACT_RTOL, INT8_MIN_COSINE
 
 #: int8 output vs the float original (issue 5).
-MIN_COSINE = 0.99
+MIN_COSINE = INT8_MIN_COSINE
 #: The rewrite may not cost more int8 accuracy than this against the plain converter.
 MAX_COSINE_LOSS = 0.01
-#: Rewritten TF graph vs original with exact rules (issue 4).
-EXACT_RTOL = 1e-5
 #: ONNX Runtime vs original (issue 5).
-ONNX_RTOL = 1e-4
+ONNX_RTOL = ARTIFACT_RTOL["none"]
 
 
 def _wheel_dirs() -> list[Path]:

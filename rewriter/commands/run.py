@@ -12,6 +12,7 @@ import argparse
 from typing import Any
 
 from rewriter.commands._common import add_model_arguments, load_from_args, prepare_outdir
+from rewriter.defaults import DEFAULT_OPSET, QUANTIZE_MODES, VERIFY_SAMPLES
 
 HELP = "rewrite a model for a target, export it, and prove it (the main job)"
 
@@ -20,10 +21,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     parser.add_argument("--target", "-t", required=True, help="target name (see `rewrite targets`)")
     parser.add_argument("-o", "--out", default="out", help="output directory (default: out)")
-    parser.add_argument("--quantize", choices=["int8", "float16", "none"],
+    parser.add_argument("--quantize", choices=QUANTIZE_MODES,
                         help="TFLite quantization (default: the target's, int8 for edgetpu and "
                         "ethos-u*)")
-    parser.add_argument("--opset", type=int, help="ONNX opset for ONNX targets (default 17)")
+    parser.add_argument("--opset", type=int, help=f"ONNX opset for ONNX targets (default {DEFAULT_OPSET})")
     parser.add_argument("--exact-only", action="store_true",
                         help="refuse approximate rules (ops they would fix stay unsupported)")
     parser.add_argument("--calibration", metavar="DATA",
@@ -34,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input-range", action="append", default=[], metavar="[NAME:]LO,HI",
                         help="range of synthetic inputs when no data is given (default -1,1; "
                         "e.g. 0,255 for models with built-in preprocessing)")
-    parser.add_argument("--samples", type=int, default=8, help="verification samples (default 8)")
+    parser.add_argument("--samples", type=int, default=VERIFY_SAMPLES,
+                        help=f"verification samples (default {VERIFY_SAMPLES})")
     parser.add_argument("--float-io", action="store_true",
                         help="keep float input/output in int8 models (default for int8 "
                         "accelerators: int8 I/O, so no QUANTIZE/DEQUANTIZE runs on the CPU)")

@@ -27,6 +27,8 @@ HELP = "compare the outputs of two models (any formats); exit 1 on mismatch"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from rewriter.verify.tolerance import EXACT_RTOL
+
     parser.add_argument("reference", help="reference model (A)")
     parser.add_argument("candidate", help="model to check against A (B)")
     d = parser.add_argument_group("input data")
@@ -41,9 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "0..255)")
     t = parser.add_argument_group("tolerances (per output with NAME:VALUE; repeatable)")
     t.add_argument("--atol", action="append", default=[], metavar="[NAME:]X",
-                   help="absolute tolerance (default 1e-5 x max |reference| per output)")
+                   help=f"absolute tolerance (default {EXACT_RTOL:g} x max |reference| per "
+                        "output)")
     t.add_argument("--rtol", action="append", default=[], metavar="[NAME:]X",
-                   help="relative tolerance (default 1e-5)")
+                   help=f"relative tolerance (default {EXACT_RTOL:g})")
     t.add_argument("--min-cosine", action="append", default=[], metavar="[NAME:]X",
                    help="also require cosine similarity >= X (e.g. 0.99 for int8); given "
                         "alone, element-wise tolerances are not checked")
@@ -96,9 +99,9 @@ def run(args: argparse.Namespace, ui: Any) -> int:
     quantized = [r.path for r in (ref, cand) if _quantized(r)]
     defaults_for_int8 = bool(quantized) and not (args.atol or args.rtol or args.min_cosine)
     if defaults_for_int8:  # the main job's int8 criterion, so both agree on an artifact
-        from rewriter.pipeline import INT8_MIN_COSINE
+        from rewriter.verify.tolerance import DEFAULT_POLICY
 
-        min_cos = INT8_MIN_COSINE
+        min_cos = DEFAULT_POLICY.int8_min_cosine
     if min_cos is not None and not args.atol and not args.rtol:
         atol, rtol = math.inf, 0.0
     result = compare(ref_out, cand_out, atol=atol, rtol=rtol, min_cosine=min_cos,

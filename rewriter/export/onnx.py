@@ -22,11 +22,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from rewriter.defaults import DEFAULT_OPSET
 from rewriter.export.result import ExportError, ExportResult
 from rewriter.fsutil import atomic_write_bytes
 from rewriter.model import Model
 
-DEFAULT_OPSET = 17
 _NO_OP_RE = re.compile(r"No Op registered for (\w+)")
 _NODE_RE = re.compile(r"Name: (.*?) OpType: (\w+)")
 

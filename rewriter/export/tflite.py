@@ -27,13 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from rewriter.defaults import CALIBRATION_SAMPLES, CALIBRATION_SEED, QUANTIZE_MODES
 from rewriter.export.result import ExportError, ExportResult
 from rewriter.fsutil import atomic_write_bytes
 from rewriter.model import Model
 
-QUANTIZE_MODES = ("none", "int8", "float16")
-#: Synthetic calibration samples used when the caller gives none.
-SYNTHETIC_SAMPLES = 8
 SYNTHETIC_WARNING = "calibration synthetic: accuracy unmeasured"
 _OP_RE = re.compile(r"'tf\.(\w+)' op is neither a custom op nor a flex op")
 _CUSTOM_RE = re.compile(r"Custom ops: ([\w, ]+)")
@@ -48,7 +46,7 @@ def export_tflite(model: Model, path: str | os.PathLike, quantize: str = "none",
     """Convert ``model`` to a ``.tflite`` at ``path`` (written atomically).
 
     ``calibration`` is a list of feed dicts keyed by input name; without it, int8 calibrates on
-    :data:`SYNTHETIC_SAMPLES` seeded samples uniform in ``calibration_ranges`` (default [-1, 1];
+    :data:`~rewriter.defaults.CALIBRATION_SAMPLES` seeded samples uniform in ``calibration_ranges`` (default [-1, 1];
     Keras applications with built-in preprocessing expect 0..255) and warns.
     """
     if quantize not in QUANTIZE_MODES:
@@ -91,7 +89,8 @@ def _calibration_samples(model: Model, calibration: Sequence[dict[str, np.ndarra
     from rewriter.verify.data import synthetic_inputs
 
     warnings.append(SYNTHETIC_WARNING)
-    return synthetic_inputs(model.inputs, samples=SYNTHETIC_SAMPLES, seed=0, ranges=ranges)
+    return synthetic_inputs(model.inputs, samples=CALIBRATION_SAMPLES,
+                            seed=CALIBRATION_SEED, ranges=ranges)
 
 
 def _convert(model: Model, quantize: str, calibration: list[dict[str, np.ndarray]] | None,

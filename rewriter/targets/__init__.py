@@ -17,6 +17,7 @@ Modules, each importing only those above it: ``constraints`` (kinds) -> ``verdic
 
 from __future__ import annotations
 
+from rewriter.defaults import QUANTIZE_MODES
 from rewriter.opfacts import OpFacts, Shape
 from rewriter.targets.constraints import KINDS, Constraint, Kind
 from rewriter.targets.docs import docs_files, render_markdown
@@ -29,7 +30,6 @@ from rewriter.targets.registry import (
     target_names,
 )
 from rewriter.targets.tables import (
-    QUANTIZE_MODES,
     TABLE_DIR,
     OpEntry,
     lowering,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rewriter.defaults import DEFAULT_OPSET
 from rewriter.targets.registry import list_targets, table_targets
 from rewriter.targets.tables import tflite_builtins
 from rewriter.targets.target import Target
@@ -30,7 +31,7 @@ def render_markdown(target: Target) -> str:
                   f"({len(tflite_builtins())} ops); Flex and custom ops are not.", ""]
     if target.ops_from == "onnx-defs":
         lines += ["Ops: the standard ONNX domain at the chosen opset (`--opset`, default "
-                  f"{d.get('default_opset', 17)}), read from `onnx.defs`.", ""]
+                  f"{d.get('default_opset', DEFAULT_OPSET)}), read from `onnx.defs`.", ""]
     if target.generic:
         lines += ["## Constraints on every op", ""]
         lines += [f"* {c.rule}" for c in target.generic]

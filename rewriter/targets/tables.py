@@ -15,6 +15,7 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
+from rewriter.defaults import QUANTIZE_MODES
 from rewriter.errors import UserError
 from rewriter.targets.constraints import _INT, KINDS, Constraint
 
@@ -24,7 +25,6 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 TABLE_DIR = Path(__file__).resolve().parent.parent.parent / "op_tables"
-QUANTIZE_MODES = ("int8", "float16", "none")
 
 
 _TOP_KEYS = {"name", "title", "sources", "version", "artifact", "default_quantize",

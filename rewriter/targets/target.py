@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rewriter.artifact import read_artifact
+from rewriter.defaults import DEFAULT_OPSET, QUANTIZE_MODES
 from rewriter.errors import UserError
 from rewriter.opfacts import OpFacts
 from rewriter.targets.constraints import Constraint
 from rewriter.targets.predict import float_note, graph_facts, tf_level_dtype
 from rewriter.targets.tables import (
-    QUANTIZE_MODES,
     OpEntry,
     lowering,
     onnx_ops,
@@ -52,7 +52,7 @@ class Target:
         self.ops_from: str | None = data.get("ops_from")
         self.opset: int | None = None
         if self.artifact == "onnx":
-            self.opset = int(opset or data.get("default_opset", 17))
+            self.opset = int(opset or data.get("default_opset", DEFAULT_OPSET))
         elif opset is not None:
             raise UserError(f"--opset applies to ONNX targets; {name} exports TFLite")
         where = f"{data['name']}.toml"

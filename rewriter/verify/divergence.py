@@ -11,10 +11,11 @@ lines up with the ``out/saved_model`` of a job; which rules ran where is read fr
 ``rules_applied`` or, failing that, from the ``_rewriter_rule`` provenance the rewritten graph
 carries (:func:`rules_from_provenance`).
 
-Bound of a node with output scale ``s = max|ref|`` (over all samples):
-``|d| <= atol + 1e-5 * |ref|`` element-wise with ``atol = 1e-5 * s + B * max(1, s)``, where ``B``
-is the sum of the stated max abs errors of the approximate rule applications upstream of the node
-(the node itself included): exact rewrites only differ by float32 rounding.
+Bound of a node with output scale ``s = max|ref|`` (over all samples): the tolerance policy's
+(:mod:`rewriter.verify.tolerance`), ``|d| <= EXACT_RTOL * s + B * max(1, s) + EXACT_RTOL *
+|ref|`` element-wise, where ``B`` is the sum of the stated max abs errors of the approximate rule
+applications upstream of the node (the node itself included): exact rewrites only differ by
+float32 rounding.
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ import numpy as np
 
 from rewriter.graph import GraphIndex, NodeDef, node_dtype, parse_input
 from rewriter.model import Model
+from rewriter.verify.tolerance import DEFAULT_POLICY, EXACT_RTOL, bound_of
 
 __all__ = ["Divergence", "NodeError", "first_divergence", "name_key", "rules_from_provenance"]
 
-EXACT_RTOL = 1e-5
 #: Ops whose outputs are not fetched (no value, or not fetchable from outside a loop).
 _SKIP_OPS = frozenset({"Const", "Placeholder", "PlaceholderWithDefault", "NoOp", "Assert",
                        "Switch", "Merge", "Enter", "Exit", "NextIteration", "LoopCond",
@@ -175,11 +176,7 @@ def _applications(rules_applied: Sequence[Mapping[str, Any]]) -> list[dict[str, 
 
 
 def _budget(app: Mapping[str, Any]) -> float:
-    if app["exact"]:
-        return 0.0
-    b = app.get("bound") or {}
-    v = b.get("max_abs_error")
-    return float(v) if v is not None else math.inf
+    return bound_of(app) or 0.0
 
 
 @dataclass
@@ -211,7 +208,7 @@ class _Stats:
         """(max abs error, scale, bound, ok, note) given the upstream approximation budget."""
         if self.shape:
             return math.inf, self.scale, 0.0, False, "shape differs"
-        atol = EXACT_RTOL * self.scale + budget * max(1.0, self.scale)
+        atol = DEFAULT_POLICY.tensor_atol(self.scale, budget)
         ok = not self.nonfinite and self.needed <= atol
         return self.err, self.scale, atol, ok, "NaN/Inf differ" if self.nonfinite else ""
 

@@ -18,7 +18,8 @@ smallest rtol that would pass at the given atol (inf when an element with r = 0 
 than atol).
 
 Default tolerances (:data:`DEFAULT_RTOL`, atol = :data:`DEFAULT_ATOL_SCALE` x max |r| per output)
-match the exact rules' bound: 1e-5 relative in float.
+are the exact rules' (:data:`rewriter.verify.tolerance.EXACT_RTOL`); :func:`compare_within` takes
+a :class:`~rewriter.verify.tolerance.Tolerance` from the policy and notes it.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from rewriter.verify.tolerance import EXACT_RTOL, Tolerance
+
 EPS = 1e-6
-DEFAULT_RTOL = 1e-5
-DEFAULT_ATOL_SCALE = 1e-5
+DEFAULT_RTOL = EXACT_RTOL
+DEFAULT_ATOL_SCALE = EXACT_RTOL
 
 Tol = float | Mapping[str, float] | None
 
@@ -119,6 +122,14 @@ def compare(ref: Mapping[str, np.ndarray], test: Mapping[str, np.ndarray], atol:
         mc = None if min_cosine is None else _tol(min_cosine, name, -1.0)
         outputs.append(compare_arrays(name, r, test[name], a, rt, mc))
     return Comparison(outputs, samples=samples)
+
+
+def compare_within(ref: Mapping[str, np.ndarray], test: Mapping[str, np.ndarray],
+                   tolerance: Tolerance, samples: int = 1) -> Comparison:
+    """:func:`compare` at ``tolerance``, whose note the comparison carries."""
+    cmp = compare(ref, test, samples=samples, **tolerance.kwargs())
+    cmp.notes.append(tolerance.note)
+    return cmp
 
 
 def compare_arrays(name: str, ref: np.ndarray, test: np.ndarray, atol: float, rtol: float,

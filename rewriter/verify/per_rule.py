@@ -8,10 +8,8 @@ rule's pass; when one fails, that pass is replayed from the graph before it one 
 time, so the report names the rule *and* the node (root) it rewrote. ``granularity="application"``
 compares after every application.
 
-Tolerances (:class:`TolerancePolicy`, the same as the pipeline's): while only exact rules have
-been applied, 1e-5 relative (``compare`` defaults); once approximate rules have been applied,
-``atol = (1e-5 + sum of their bounds) * max(1, max|ref|)`` per output, ``rtol = 0`` and
-cosine >= 0.999. A rule that raises or leaves an invalid graph is a failed check too.
+Tolerances are the job's (:class:`~rewriter.verify.tolerance.TolerancePolicy`), after the
+applications made so far. A rule that raises or leaves an invalid graph is a failed check too.
 """
 
 from __future__ import annotations
@@ -26,54 +24,13 @@ import numpy as np
 from rewriter.graph import GraphIndex
 from rewriter.model import Model
 from rewriter.rules.base import Applied, Match, Rule
+from rewriter.verify.tolerance import DEFAULT_POLICY, TolerancePolicy
 
-__all__ = ["RuleCheck", "TolerancePolicy", "check_each_rule", "first_failure"]
+__all__ = ["RuleCheck", "check_each_rule", "first_failure"]
 
 DEFAULT_MAX_ITERATIONS = 8
-APPROX_MIN_COSINE = 0.999
-EXACT_RTOL = 1e-5
 
 Samples = Sequence[Mapping[str, np.ndarray]]
-
-
-@dataclass
-class TolerancePolicy:
-    """How close the outputs must stay after a set of applied rules.
-
-    ``tolerances(applied, reference)`` returns ``compare`` keyword arguments (atol, rtol,
-    min_cosine) and a one-line note.
-    """
-
-    exact_rtol: float = EXACT_RTOL
-    approx_min_cosine: float = APPROX_MIN_COSINE
-
-    def tolerances(self, applied: Sequence[Applied | Mapping[str, Any]],
-                   reference: Mapping[str, np.ndarray]) -> tuple[dict[str, Any], str]:
-        bounds = [_bound_of(a) for a in applied]
-        approx = [b for b in bounds if b is not None]
-        if not approx:
-            scale = {k: float(np.max(np.abs(v), initial=0.0)) for k, v in reference.items()}
-            return ({"atol": {k: self.exact_rtol * s for k, s in scale.items()},
-                     "rtol": self.exact_rtol, "min_cosine": None},
-                    f"exact rules only: {self.exact_rtol:g} relative")
-        budget = self.exact_rtol + float(sum(approx))
-        atol = {k: budget * max(1.0, float(np.max(np.abs(v), initial=0.0)))
-                for k, v in reference.items()}
-        return ({"atol": atol, "rtol": 0.0, "min_cosine": self.approx_min_cosine},
-                f"{len(approx)} approximate application(s): budget {budget:.3g} x max(1, "
-                f"max|ref|), cosine >= {self.approx_min_cosine}")
-
-
-def _bound_of(a: Applied | Mapping[str, Any]) -> float | None:
-    """The max abs error of an approximate application, None for an exact one."""
-    if isinstance(a, Applied):
-        if a.exact:
-            return None
-        return a.bound.max_abs_error if a.bound else float("inf")
-    if a.get("exact", True):
-        return None
-    bound = a.get("bound") or {}
-    return float(bound.get("max_abs_error", float("inf")))
 
 
 @dataclass
@@ -170,9 +127,9 @@ class _Stepper:
         from rewriter.verify.metrics import compare
 
         start = time.perf_counter()
-        kwargs, note = self.policy.tolerances(self.applied, self.reference)
+        tolerance = self.policy.for_rewrite(self.applied, self.reference)
         base = dict(step=len(self.checks) + 1, rule=rule.name, roots=roots, exact=rule.exact,
-                    bound=rule.bound.to_json() if rule.bound else None, tolerance=note,
+                    bound=rule.bound.to_json() if rule.bound else None, tolerance=tolerance.note,
                     created=created)
         if error is not None:
             c = RuleCheck(**base, ok=False, max_abs_error=float("inf"),
@@ -180,7 +137,7 @@ class _Stepper:
         else:
             current = self.model.with_graph(self.g.to_graph_def())
             cmp = compare(self.reference, _run(current, self.samples), samples=len(self.samples),
-                          **kwargs)
+                          **tolerance.kwargs())
             c = RuleCheck(**base, ok=cmp.ok,
                           max_abs_error=max(o.max_abs_error for o in cmp.outputs),
                           max_rel_error=max(o.max_rel_error for o in cmp.outputs),
@@ -213,7 +170,7 @@ def check_each_rule(model: Model, rules_in_order: Sequence[Rule | str], samples:
     if granularity not in ("rule", "application"):
         raise ValueError(f"granularity must be 'rule' or 'application', not {granularity!r}")
     rules = [get_rule(r) if isinstance(r, str) else r for r in rules_in_order]
-    st = _Stepper(model, samples, policy or TolerancePolicy())
+    st = _Stepper(model, samples, policy or DEFAULT_POLICY)
     notify = on_check or (lambda _c: None)
     for _ in range(max_iterations):
         changed = False

@@ -1,0 +1,23 @@
+"""Defaults every command shares, each written once: quantisation modes, the ONNX opset, and how
+many samples calibrate and verify a model (and with which seeds, when the data is synthetic).
+
+``rewrite run`` and ``rewrite check`` export with the same calibration because both take it from
+here; tolerances live in :mod:`rewriter.verify.tolerance`.
+"""
+
+from __future__ import annotations
+
+#: TFLite quantisation modes (``--quantize``): full-integer int8, float16 weights, or float32.
+QUANTIZE_MODES = ("int8", "float16", "none")
+#: ONNX opset of ONNX targets when neither ``--opset`` nor the table's ``default_opset`` says.
+DEFAULT_OPSET = 17
+#: int8 calibration samples: at most this many are read from ``--calibration`` data, and this
+#: many seeded synthetic ones are drawn when none is given.
+CALIBRATION_SAMPLES = 32
+#: Seed of synthetic calibration samples (verification uses :data:`VERIFY_SEED`, so the two
+#: sets differ).
+CALIBRATION_SEED = 1
+#: Verification samples of the job (``rewrite run --samples``).
+VERIFY_SAMPLES = 8
+#: Seed of synthetic verification samples.
+VERIFY_SEED = 0

@@ -1,0 +1,126 @@
+"""The tolerance policy: how close outputs must stay, given what was done to the model.
+
+Running and comparing are separate steps (as in Polygraphy's comparator): runners produce
+outputs, :func:`rewriter.verify.metrics.compare` measures them against a :class:`Tolerance`, and
+this module alone decides the tolerance, for the job, ``rewrite verify`` and the per-rule and
+per-node checks. With ``s = max |ref|`` of an output (or of an intermediate tensor) and ``B`` the
+sum of the stated max abs errors of the approximate rule applications that can reach it:
+
+* rewritten graph: ``|d| <= EXACT_RTOL * s + B * max(1, s) + EXACT_RTOL * |ref|`` element-wise;
+  exact rewrites (``B = 0``) differ by float32 rounding only. With approximate rewrites the
+  outputs must also keep cosine >= :data:`APPROX_MIN_COSINE` (an op-level bound grows through
+  the layers after it, so the element bound alone would not be honest);
+* float artifact vs original: :data:`ARTIFACT_RTOL` (1e-4 float32, 1e-2 float16) relative to the
+  output's scale;
+* int8 artifact vs the float original: cosine >= :data:`INT8_MIN_COSINE` (quantisation error is
+  not a bug), also ``rewrite verify``'s default when either model is quantised.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: Relative tolerance of exact rewrites (float32 rounding), and the default of ``compare``.
+EXACT_RTOL = 1e-5
+#: Cosine an output must keep once approximate rules have been applied.
+APPROX_MIN_COSINE = 0.999
+#: Cosine of an int8 artifact's outputs to the float original's.
+INT8_MIN_COSINE = 0.99
+#: Tolerance of a float artifact, relative to the output's scale, by quantisation mode.
+ARTIFACT_RTOL = {"none": 1e-4, "float16": 1e-2}
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """What a comparison must meet: ``atol`` (one value, or per output), ``rtol``, an optional
+    ``min_cosine``, and the one-line ``note`` that says it in the report."""
+
+    atol: float | Mapping[str, float]
+    rtol: float
+    min_cosine: float | None
+    note: str
+
+    def kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of :func:`rewriter.verify.metrics.compare`."""
+        return {"atol": self.atol, "rtol": self.rtol, "min_cosine": self.min_cosine}
+
+
+def output_scale(reference: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """``max |ref|`` over the finite values of each output."""
+    out = {}
+    for name, v in reference.items():
+        a = np.abs(np.asarray(v, dtype=np.float64))
+        out[name] = float(a[np.isfinite(a)].max(initial=0.0))
+    return out
+
+
+def bound_of(application: Any) -> float | None:
+    """The stated max abs error of one rule application (an ``Applied`` or its JSON): None
+    when the rule is exact, inf when it is approximate and states no bound."""
+    if isinstance(application, Mapping):
+        if application.get("exact", True):
+            return None
+        bound = application.get("bound") or {}
+        value = bound.get("max_abs_error")
+    else:
+        if application.exact:
+            return None
+        value = application.bound.max_abs_error if application.bound else None
+    return float(value) if value is not None else math.inf
+
+
+@dataclass(frozen=True)
+class TolerancePolicy:
+    """The thresholds, as one object the job, ``verify`` and the per-rule checks share."""
+
+    exact_rtol: float = EXACT_RTOL
+    approx_min_cosine: float = APPROX_MIN_COSINE
+    int8_min_cosine: float = INT8_MIN_COSINE
+
+    def tensor_atol(self, scale: float, budget: float) -> float:
+        """The absolute tolerance of one tensor of scale ``scale`` under approximation
+        budget ``budget`` (the sum of the approximate bounds that reach it)."""
+        return self.exact_rtol * scale + budget * max(1.0, scale)
+
+    def for_rewrite(self, applied: Sequence[Any],
+                    reference: Mapping[str, np.ndarray]) -> Tolerance:
+        """Rewritten graph vs original, after the rule applications ``applied``."""
+        approx = [b for b in (bound_of(a) for a in applied) if b is not None]
+        budget = float(sum(approx))
+        atol = {k: self.tensor_atol(s, budget) for k, s in output_scale(reference).items()}
+        if not approx:
+            return Tolerance(atol, self.exact_rtol, None,
+                             f"all applied rules are exact: tolerance {self.exact_rtol:g} "
+                             "relative")
+        return Tolerance(atol, self.exact_rtol, self.approx_min_cosine,
+                         f"{len(approx)} approximate application(s): tolerance "
+                         f"{self.exact_rtol:g} x max|ref| + the sum of their bounds "
+                         f"({budget:.3g}) x max(1, max|ref|), cosine >= "
+                         f"{self.approx_min_cosine}")
+
+    def for_artifact(self, quantize: str, reference: Mapping[str, np.ndarray]) -> Tolerance:
+        """Exported file vs the original float model, by quantisation mode."""
+        if quantize == "int8":
+            return Tolerance(math.inf, 0.0, self.int8_min_cosine,
+                             f"int8 artifact vs float original: pass is cosine >= "
+                             f"{self.int8_min_cosine}")
+        rtol = ARTIFACT_RTOL[quantize]
+        atol = {k: rtol * s for k, s in output_scale(reference).items()}
+        return Tolerance(atol, rtol, None, f"{quantize} artifact vs original: tolerance "
+                                           f"{rtol:g} relative to the output's scale")
+
+    def for_quantized(self) -> Tolerance:
+        """``rewrite verify`` when a model is quantised and no tolerance was given: the job's
+        int8 criterion, so both agree on an artifact."""
+        return Tolerance(math.inf, 0.0, self.int8_min_cosine,
+                         f"compared by cosine >= {self.int8_min_cosine} (the main job's int8 "
+                         "criterion)")
+
+
+#: The policy everything uses unless told otherwise.
+DEFAULT_POLICY = TolerancePolicy()
