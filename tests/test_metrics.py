@@ -78,10 +78,33 @@ def test_nan_where_reference_is_finite_is_a_mismatch():
     assert m.nonfinite_mismatch == 1
 
 
-def test_nan_in_both_at_the_same_place_is_not_a_mismatch():
-    r = np.array([1.0, np.nan])
+def test_nan_in_both_at_the_same_place_is_a_mismatch_counted_and_named():
+    r = np.array([1.0, np.nan, np.inf])
     m = compare_arrays("y", r, r.copy(), atol=0.0, rtol=0.0)
-    assert m.ok and m.nonfinite_mismatch == 0
+    assert not m.ok
+    assert (m.nonfinite_mismatch, m.mismatched) == (2, 2)
+    assert (m.ref_nan, m.ref_inf, m.test_nan, m.test_inf) == (1, 1, 1, 1)
+    assert m.nonfinite_text() == "y: 1 NaN + 1 Inf in the reference, 1 NaN + 1 Inf in the candidate"
+    assert m.max_abs_error == 0.0  # statistics over the finite elements
+
+
+def test_all_nan_outputs_do_not_pass_with_cosine_one():
+    """All-NaN data used to report "artifact matches (min cosine 1.00000)"."""
+    r = np.full((4, 10), np.nan)
+    c = compare({"logits": r}, {"logits": r.copy()}, atol=float("inf"), rtol=0.0,
+                min_cosine=0.99)
+    assert not c.ok
+    assert math.isnan(c.outputs[0].cosine)
+    assert c.nonfinite == 40
+    assert c.nonfinite_text("original", "artifact") == (
+        "logits: 40 NaN in the original, 40 NaN in the artifact")
+    assert json.loads(json.dumps(c.to_json(), allow_nan=False))["outputs"]["logits"][
+        "cosine"] == "nan"
+
+
+def test_all_finite_outputs_name_no_nonfinite_values():
+    c = compare({"y": np.ones(3)}, {"y": np.ones(3)})
+    assert c.ok and c.nonfinite == 0 and c.nonfinite_text() == ""
 
 
 def test_shape_mismatch_fails_with_a_note():

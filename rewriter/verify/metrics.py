@@ -12,7 +12,11 @@ For a reference array ``r`` and a test array ``t`` (same shape, float64 arithmet
 * ``l2_rel_error`` = |t - r|_2 / |r|_2.
 
 The pass criterion is element-wise, like ``numpy.allclose``: |t - r| <= atol + rtol * |r| for
-every element, NaN/Inf in the same places, and, when ``min_cosine`` is given, cosine >= it.
+every element, no NaN/Inf in either array, and, when ``min_cosine`` is given, cosine >= it.
+A NaN or Inf is a mismatch even where both arrays hold it (a model that outputs NaN on the data
+proves nothing about it): the statistics are over the elements finite in both, and
+``ref_nan``/``ref_inf``/``test_nan``/``test_inf`` count the others (:meth:`OutputMetrics.
+nonfinite_text` names them); with no finite element the cosine is NaN.
 ``needed_atol`` is the smallest atol that would pass at the given rtol, ``needed_rtol`` the
 smallest rtol that would pass at the given atol (inf when an element with r = 0 is off by more
 than atol).
@@ -60,13 +64,27 @@ class OutputMetrics:
     needed_rtol: float
     mismatched: int  # elements outside atol + rtol * |ref|
     size: int
-    nonfinite_mismatch: int = 0
+    nonfinite_mismatch: int = 0  # elements non-finite in either array
+    ref_nan: int = 0
+    ref_inf: int = 0
+    test_nan: int = 0
+    test_inf: int = 0
     min_cosine: float | None = None
     ok: bool = False
     note: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {k: _finite(v) for k, v in asdict(self).items()}
+
+    def nonfinite_text(self, ref: str = "reference", test: str = "candidate") -> str:
+        """``logits: 10 NaN in the reference, 10 NaN + 2 Inf in the candidate`` (or "")."""
+        parts = []
+        for who, nan, inf in ((ref, self.ref_nan, self.ref_inf),
+                              (test, self.test_nan, self.test_inf)):
+            counts = [f"{n} {kind}" for n, kind in ((nan, "NaN"), (inf, "Inf")) if n]
+            if counts:
+                parts.append(f"{' + '.join(counts)} in the {who}")
+        return f"{self.name}: {', '.join(parts)}" if parts else ""
 
 
 @dataclass
@@ -80,6 +98,14 @@ class Comparison:
     @property
     def ok(self) -> bool:
         return all(o.ok for o in self.outputs)
+
+    @property
+    def nonfinite(self) -> int:
+        return sum(o.nonfinite_mismatch for o in self.outputs)
+
+    def nonfinite_text(self, ref: str = "reference", test: str = "candidate") -> str:
+        """Every output's NaN/Inf counts, ``; ``-joined ("" when all values are finite)."""
+        return "; ".join(t for o in self.outputs if (t := o.nonfinite_text(ref, test)))
 
     def failing(self) -> list[OutputMetrics]:
         return [o for o in self.outputs if not o.ok]
@@ -144,7 +170,7 @@ def compare_arrays(name: str, ref: np.ndarray, test: np.ndarray, atol: float, rt
         note = f"shape {list(t.shape)} reshaped to {list(r.shape)}"
         t = t.reshape(r.shape)
     finite = np.isfinite(r) & np.isfinite(t)
-    nonfinite_bad = int(np.sum(~finite & ~((r == t) | (np.isnan(r) & np.isnan(t)))))
+    nonfinite_bad = int(r.size - np.count_nonzero(finite))
     r_f, t_f = r[finite], t[finite]
     diff = np.abs(t_f - r_f)
     absr = np.abs(r_f)
@@ -156,11 +182,14 @@ def compare_arrays(name: str, ref: np.ndarray, test: np.ndarray, atol: float, rt
         max_rel_error=max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else math.inf),
         max_elementwise_rel_error=float((diff / np.maximum(absr, EPS)).max(initial=0.0)),
         rmse=float(np.sqrt(np.mean(diff ** 2))) if diff.size else 0.0,
-        cosine=_cosine(r_f, t_f), l2_rel_error=_l2_rel(r_f, t_f), ref_max_abs=scale,
+        cosine=_cosine(r_f, t_f) if r_f.size or not r.size else math.nan,
+        l2_rel_error=_l2_rel(r_f, t_f), ref_max_abs=scale,
         needed_atol=float(np.maximum(diff - rtol * absr, 0.0).max(initial=0.0)),
         needed_rtol=_needed_rtol(diff, absr, atol),
         mismatched=int(np.sum(diff > atol + rtol * absr)) + nonfinite_bad, size=int(r.size),
-        nonfinite_mismatch=nonfinite_bad, min_cosine=min_cosine, note=note)
+        nonfinite_mismatch=nonfinite_bad, ref_nan=int(np.isnan(r).sum()),
+        ref_inf=int(np.isinf(r).sum()), test_nan=int(np.isnan(t).sum()),
+        test_inf=int(np.isinf(t).sum()), min_cosine=min_cosine, note=note)
     m.ok = m.mismatched == 0 and (min_cosine is None or m.cosine >= min_cosine)
     return m
 
