@@ -40,6 +40,7 @@ class JobOptions:
     calibration_samples: int = CALIBRATION_SAMPLES
     int8_io: bool | None = None  # None: int8 I/O when the target is an int8 accelerator
     input_ranges: dict[str, tuple[float, float]] = field(default_factory=dict)  # synthetic data
+    pixels: Any = None  # verify.data.PixelMap for image directories (--pixel-range/--pixel-norm)
     run_vela: bool = True
     check_each_rule: bool = False  # compare outputs after every rule (names a breaking rule)
     divergence_samples: int = 2  # samples for the intermediate-tensor comparison
@@ -76,7 +77,10 @@ def run_job(model: Model, target: Any, outdir: Path, options: JobOptions | None 
     with _timed(timings, "check_before"), progress("checking the model against the op table"):
         before = target.check_graph(model, quantize)
     report["placement_before"] = _placement(before)
-    samples, calibration = _data(model, opts, quantize, warnings)
+    data, cal_data = _data(model, opts, quantize, warnings)
+    report["data"] = data_json(data, cal_data)
+    samples = data.samples
+    calibration = cal_data.samples if cal_data is not None else None
     with _timed(timings, "run_original"), progress("running the original model"):
         reference = _run_all(model, samples)
 
@@ -95,7 +99,7 @@ def run_job(model: Model, target: Any, outdir: Path, options: JobOptions | None 
     report.update(attempt.report)
     warnings.extend(attempt.warnings)
     report["ok"] = attempt.ok
-    report["summary"] = _summary(report, attempt.tf_cmp, attempt.art_cmp)
+    report["summary"] = _summary(report, attempt.tf_cmp, attempt.art_cmp, data.synthetic)
     files = dict(attempt.files)
     files.update({p.name: str(p) for p in write_reports(outdir, report)})
     from rewriter.report_html import write_html
@@ -324,37 +328,45 @@ def _bound_text(bound: dict[str, Any] | None) -> str:
     return f"max abs error {bound['max_abs_error']:.2g} {where}"
 
 
-def _data(model: Model, opts: JobOptions, quantize: str,
-          warnings: list[str]) -> tuple[list[dict[str, np.ndarray]],
-                                        list[dict[str, np.ndarray]] | None]:
-    from rewriter.verify.data import load_inputs, synthetic_inputs
+def _data(model: Model, opts: JobOptions, quantize: str, warnings: list[str]
+          ) -> tuple[Any, Any]:
+    """(verification Data, calibration Data or None), with provenance (``report["data"]``)."""
+    from rewriter.verify.data import gather
+    from rewriter.verify.input_scaling import input_scaling
 
+    scaling = input_scaling(model)
+    common = {"ranges": opts.input_ranges, "pixels": opts.pixels, "scaling": scaling}
     calibration = None
     if opts.calibration:
-        calibration = load_inputs(opts.calibration, model.inputs, opts.calibration_samples)
+        calibration = gather(opts.calibration, model.inputs,
+                             samples=opts.calibration_samples, **common)
+        if calibration.nonfinite():
+            raise UserError(f"{opts.calibration}: calibration data holds "
+                            f"{calibration.nonfinite()} NaN/Inf value(s); the int8 converter "
+                            "cannot calibrate on them: remove them")
     if opts.inputs:
-        samples = load_inputs(opts.inputs, model.inputs, opts.samples)
+        samples = gather(opts.inputs, model.inputs, samples=opts.samples, **common)
     elif calibration:
-        samples = calibration[: opts.samples]
+        samples = calibration.head(opts.samples)
     else:
-        samples = synthetic_inputs(model.inputs, opts.samples, seed=VERIFY_SEED,
-                                   ranges=opts.input_ranges)
-        warnings.append(f"verified on {len(samples)} synthetic inputs (seeded, uniform in "
-                        f"{_ranges_text(model, opts.input_ranges)}); give --data or "
-                        "--calibration with real data to measure on it")
+        samples = gather(None, model.inputs, samples=opts.samples, seed=VERIFY_SEED, **common)
+        warnings.append(f"verified on {len(samples.samples)} synthetic inputs (seeded; "
+                        + "; ".join(f"{k}: {v}" for k, v in samples.mapping.items())
+                        + "); give --data or --calibration with real data to measure on it")
     if quantize == "int8" and calibration is None:
-        calibration = synthetic_inputs(model.inputs, opts.calibration_samples, seed=CALIBRATION_SEED,
-                                       ranges=opts.input_ranges)
+        calibration = gather(None, model.inputs, samples=opts.calibration_samples,
+                             seed=CALIBRATION_SEED, **common)
         warnings.append("int8 calibrated on synthetic inputs: accuracy on real data is "
                         "unmeasured; give --calibration (.npy, .npz or an image directory)")
+    for d in (samples, calibration):
+        warnings.extend(w for w in (d.warnings if d else []) if w not in warnings)
     return samples, calibration
 
 
-def _ranges_text(model: Model, ranges: dict[str, tuple[float, float]]) -> str:
-    from rewriter.verify.data import DEFAULT_RANGE
-
-    return ", ".join(f"{s.name}: {list(ranges.get(s.name, DEFAULT_RANGE))}"
-                     for s in model.inputs)
+def data_json(samples: Any, calibration: Any) -> dict[str, Any]:
+    """``report["data"]``: what the verdict and the calibration rest on."""
+    return {"verification": samples.to_json(),
+            "calibration": calibration.to_json() if calibration is not None else None}
 
 
 def _run_all(model: Model, samples: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -437,7 +449,7 @@ def _verify_artifact(path: str, kind: str, quantize: str, model: Model,
     return compare_within(reference, outs, tolerance, len(samples)), outs
 
 
-def _summary(report: dict[str, Any], tf_cmp: Any, art_cmp: Any) -> str:
+def _summary(report: dict[str, Any], tf_cmp: Any, art_cmp: Any, synthetic: bool) -> str:
     parts = []
     before = report.get("unsupported_before") or []
     after = report.get("unsupported_after")
@@ -450,9 +462,17 @@ def _summary(report: dict[str, Any], tf_cmp: Any, art_cmp: Any) -> str:
     if "vela" in report:
         v = report["vela"]
         parts.append(f"Vela: {v['npu_ops']} NPU / {v['cpu_ops']} CPU operators")
-    parts.append(f"rewritten TF graph {'matches' if tf_cmp.ok else 'DOES NOT match'}")
+    parts.append(f"rewritten TF graph {'matches' if tf_cmp.ok else 'DOES NOT match'}"
+                 + _nonfinite(tf_cmp, "rewritten graph"))
     if art_cmp is not None:
         worst = min((o.cosine for o in art_cmp.outputs), default=1.0)
         parts.append(f"artifact {'matches' if art_cmp.ok else 'DOES NOT match'} "
-                     f"(min cosine {worst:.5f})")
+                     f"(min cosine {worst:.5f})" + _nonfinite(art_cmp, "artifact"))
+    if synthetic:
+        parts.append("verified on SYNTHETIC data only (give --data or --calibration)")
     return "; ".join(parts) + "."
+
+
+def _nonfinite(cmp: Any, who: str) -> str:
+    text = cmp.nonfinite_text("original", who)
+    return f" [NaN/Inf: {text}]" if text else ""

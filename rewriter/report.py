@@ -62,6 +62,11 @@ def render_markdown(r: dict[str, Any]) -> str:
                 lines.append(f"| {a.get('rule')} | {a.get('count', len(a.get('nodes', [])))} | "
                              f"{a.get('exactness', 'exact' if a.get('exact') else a.get('bound'))}"
                              " |")
+    if r.get("data"):
+        lines += ["", "## Data", "", "| " + " | ".join(DATA_HEADER) + " |",
+                  "|" + "---|" * len(DATA_HEADER)]
+        lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in data_rows(r["data"])]
+        lines += [f"- {n}" for n in data_notes(r["data"])]
     eq = r.get("equivalence")
     if eq:
         lines += ["", "## Numeric equivalence", ""]
@@ -94,6 +99,25 @@ def render_markdown(r: dict[str, Any]) -> str:
         lines += [f"- warning: {w}" for w in r.get("warnings", [])]
         lines += [f"- {n}" for n in r.get("notes", [])]
     return "\n".join(lines) + "\n"
+
+
+DATA_HEADER = ("used for", "source", "samples", "input", "shape", "min", "max", "NaN/Inf",
+               "mapped")
+
+
+def data_rows(data: dict[str, Any]) -> list[list[Any]]:
+    """``report["data"]`` as table rows: one per role (calibration, verification) and input."""
+    rows = []
+    for role, d in data.items():
+        for name, i in ((d or {}).get("inputs") or {}).items():
+            rows.append([role, d["source"], d["samples"], name,
+                         "x".join(str(v) for v in i["shape"]), i["min"], i["max"],
+                         i["nonfinite"], i["mapping"]])
+    return rows
+
+
+def data_notes(data: dict[str, Any]) -> list[str]:
+    return list(dict.fromkeys(n for d in data.values() for n in (d or {}).get("notes", [])))
 
 
 def _placement_md(r: dict[str, Any]) -> list[str]:

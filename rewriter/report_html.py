@@ -330,6 +330,17 @@ def _equivalence(report: Mapping[str, Any], plots: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
+def _data(report: Mapping[str, Any]) -> str:
+    from rewriter.report import DATA_HEADER, data_notes, data_rows
+
+    data = report.get("data")
+    if not data:
+        return ""
+    notes = "".join(f"<li>{_e(n)}</li>" for n in data_notes(dict(data)))
+    return ("<h2>Data</h2>" + _table(DATA_HEADER, data_rows(dict(data)))
+            + (f"<ul>{notes}</ul>" if notes else ""))
+
+
 def _divergence(plots: Mapping[str, Any]) -> str:
     div = plots.get("divergence")
     if not div:
@@ -468,7 +479,8 @@ def render_html(report: Mapping[str, Any], extras: Mapping[str, Any] | None = No
     head = [f"<h1>{_e(title)}</h1>"]
     if ok is not None:
         head.append(f"<p>{_badge(bool(ok))} {_e(report.get('summary', ''))}</p>")
-    body = "".join(head + [_equivalence(report, plots), _divergence(plots), _per_rule(plots),
+    body = "".join(head + [_data(report), _equivalence(report, plots), _divergence(plots),
+                           _per_rule(plots),
                            _op_tables(report), _rules(report), _vela(report),
                            _artifact_and_timings(report), _notes(report)])
     return ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'

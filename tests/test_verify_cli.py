@@ -106,10 +106,14 @@ def test_inputs_from_an_image_directory(cli, files, tmp_path):
     img = np.random.default_rng(4).integers(0, 255, (20, 16, 3), dtype=np.uint8)
     (tmp_path / "a.png").write_bytes(tf.io.encode_png(img).numpy())
     (tmp_path / "b.jpg").write_bytes(tf.io.encode_jpeg(img).numpy())
+    code, _, err = cli("verify", files["keras"], files["float"], "--inputs", tmp_path)
+    assert code == 2 and "--pixel-range" in err  # the model has no Rescaling layer
     code, out, _ = cli("verify", files["keras"], files["float"], "--inputs", tmp_path,
-                       "--input-range", "0,1", "--json")
+                       "--pixel-range", "0,1", "--json")
     assert code == 0, out
-    assert json.loads(out)["samples"] == 2
+    result = json.loads(out)
+    assert result["samples"] == 2
+    assert result["data"]["inputs"]["image"]["mapping"].startswith("pixels 0..255 mapped")
 
 
 @pytest.mark.parametrize("args, message", [

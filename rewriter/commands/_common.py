@@ -30,6 +30,25 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
                    help="allow Keras Lambda layers (runs code stored in the model file)")
 
 
+def add_pixel_arguments(parser: argparse.ArgumentParser) -> None:
+    """How images in a data directory become input values (:mod:`rewriter.verify.data`)."""
+    g = parser.add_argument_group("images (when data is a directory of images)")
+    g.add_argument("--pixel-range", metavar="LO,HI",
+                   help="map pixels 0..255 linearly to LO..HI, the range the model was trained "
+                        "on (e.g. 0,1 or -1,1); not needed when the model has a Rescaling or "
+                        "Normalization layer at its input (it takes raw pixels)")
+    g.add_argument("--pixel-norm", metavar="MEAN/STD",
+                   help="map pixels p to (p - MEAN) / STD, one value or one per channel in RGB "
+                        "order, pixel units (e.g. 123.7,116.3,103.5/58.4,57.1,57.4)")
+
+
+def pixel_map(args: argparse.Namespace) -> object | None:
+    from rewriter.verify.data import pixel_map_from_args
+
+    return pixel_map_from_args(getattr(args, "pixel_range", None),
+                               getattr(args, "pixel_norm", None))
+
+
 def load_options(args: argparse.Namespace) -> LoadOptions:
     return LoadOptions(
         signature=getattr(args, "signature", None),

@@ -11,7 +11,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rewriter.commands._common import add_model_arguments, load_from_args, prepare_outdir
+from rewriter.commands._common import (
+    add_model_arguments,
+    add_pixel_arguments,
+    load_from_args,
+    pixel_map,
+    prepare_outdir,
+)
 from rewriter.defaults import DEFAULT_OPSET, QUANTIZE_MODES, VERIFY_SAMPLES
 
 HELP = "rewrite a model for a target, export it, and prove it (the main job)"
@@ -33,8 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="verification inputs (default: the calibration data, else "
                         "seeded synthetic inputs)")
     parser.add_argument("--input-range", action="append", default=[], metavar="[NAME:]LO,HI",
-                        help="range of synthetic inputs when no data is given (default -1,1; "
-                        "e.g. 0,255 for models with built-in preprocessing)")
+                        help="range of synthetic inputs when no data is given (default: what "
+                        "the model's input Rescaling/Normalization layer or --pixel-range "
+                        "implies, else -1,1)")
     parser.add_argument("--samples", type=int, default=VERIFY_SAMPLES,
                         help=f"verification samples (default {VERIFY_SAMPLES})")
     parser.add_argument("--float-io", action="store_true",
@@ -45,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "rule and the node")
     parser.add_argument("--no-vela", action="store_true", help="do not run Vela for Ethos-U")
     parser.add_argument("--json", action="store_true", help="print report.json to stdout")
+    add_pixel_arguments(parser)
 
 
 def run(args: argparse.Namespace, ui: Any) -> int:
@@ -52,12 +60,14 @@ def run(args: argparse.Namespace, ui: Any) -> int:
     from rewriter.targets import load_target
 
     target = load_target(args.target, args.opset)
+    pixels = pixel_map(args)
     outdir = prepare_outdir(args.out)
     with ui.step(f"loading {args.model}"):
         model = load_from_args(args)
     from rewriter.verify.data import parse_ranges
 
     options = JobOptions(input_ranges=parse_ranges(args.input_range, model.inputs),
+                         pixels=pixels,
                          quantize=args.quantize, exact_only=args.exact_only,
                          calibration=args.calibration, inputs=args.verify_inputs,
                          samples=max(1, args.samples), run_vela=not args.no_vela,

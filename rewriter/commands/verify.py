@@ -21,6 +21,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rewriter.commands._common import add_pixel_arguments, pixel_map
 from rewriter.errors import UserError
 
 HELP = "compare the outputs of two models (any formats); exit 1 on mismatch"
@@ -35,12 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d.add_argument("--inputs", dest="data", metavar="FILE|DIR",
                    help=".npy, .npz keyed by input name, or a directory of images "
                         "(default: seeded synthetic data)")
-    d.add_argument("--samples", type=int, default=4, metavar="N",
+    d.add_argument("--samples", type=int, default=None, metavar="N",
                    help="number of samples (synthetic), or at most N from --inputs (default 4)")
-    d.add_argument("--seed", type=int, default=0, help="seed of synthetic data (default 0)")
+    d.add_argument("--seed", type=int, default=None, help="seed of synthetic data (default 0)")
     d.add_argument("--input-range", action="append", default=[], metavar="[NAME:]LO,HI",
-                   help="range of synthetic data, and of image pixels (default [-1,1]; images "
-                        "0..255)")
+                   help="range of synthetic data (default: what the model's input Rescaling/"
+                        "Normalization layer or --pixel-range implies, else -1,1)")
     t = parser.add_argument_group("tolerances (per output with NAME:VALUE; repeatable)")
     t.add_argument("--atol", action="append", default=[], metavar="[NAME:]X",
                    help=f"absolute tolerance (default {EXACT_RTOL:g} x max |reference| per "
@@ -50,6 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--min-cosine", action="append", default=[], metavar="[NAME:]X",
                    help="also require cosine similarity >= X (e.g. 0.99 for int8); given "
                         "alone, element-wise tolerances are not checked")
+    add_pixel_arguments(parser)
     parser.add_argument("--tflm", action="store_true",
                         help="run .tflite files in TFLite Micro instead of LiteRT")
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
@@ -81,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, ui: Any) -> int:
     from rewriter.verify.metrics import compare
 
-    if args.samples < 1:
+    if args.samples is not None and args.samples < 1:
         raise UserError("--samples must be at least 1")
     if args.html and (not args.html.lower().endswith((".html", ".htm"))
                       or Path(args.html).is_dir()):
@@ -89,29 +91,42 @@ def run(args: argparse.Namespace, ui: Any) -> int:
     with ui.step(f"loading {args.reference} and {args.candidate}"):
         ref, cand = _load(args.reference, args), _load(args.candidate, args)
     in_how = _check_inputs(ref, cand)
-    samples, source = _samples(args, ref)
+    job = job_of(args.reference, args.candidate)
+    data = _samples(args, ref, cand, job)
+    samples = data.samples
     with ui.step(f"running {len(samples)} sample(s) through both models"):
         ref_out, cand_out, out_how = _run_both(ref, cand, samples)
     names = ref.outputs
     atol = _tolerances(args.atol, "--atol", names)
     rtol = _tolerances(args.rtol, "--rtol", names)
     min_cos = _tolerances(args.min_cosine, "--min-cosine", names)
-    quantized = [r.path for r in (ref, cand) if _quantized(r)]
-    defaults_for_int8 = bool(quantized) and not (args.atol or args.rtol or args.min_cosine)
-    if defaults_for_int8:  # the main job's int8 criterion, so both agree on an artifact
-        from rewriter.verify.tolerance import DEFAULT_POLICY
+    from rewriter.verify.tolerance import EXACT_RTOL
 
-        min_cos = DEFAULT_POLICY.int8_min_cosine
-    if min_cos is not None and not args.atol and not args.rtol:
-        atol, rtol = math.inf, 0.0
+    given = bool(args.atol or args.rtol or args.min_cosine)
+    criterion_notes: list[str] = []
+    if not given and job is not None and job.criterion and data.recipe.get("job"):
+        atol, rtol, min_cos = job.criterion
+        criterion_notes.append(f"tolerances: the job's ({job.describe()})")
+    else:
+        quantized = [r.path for r in (ref, cand) if _quantized(r)]
+        if quantized and not given:  # the main job's int8 criterion, so both agree
+            from rewriter.verify.tolerance import DEFAULT_POLICY
+
+            min_cos = DEFAULT_POLICY.int8_min_cosine
+            criterion_notes.append(
+                f"{', '.join(quantized)} is quantized: compared by cosine >= {min_cos} (the "
+                "main job's int8 criterion); element-wise tolerances would measure "
+                "quantization error (give --atol/--rtol to use them)")
+        elif not given:
+            criterion_notes.append(f"tolerances: defaults ({EXACT_RTOL:g} relative to each "
+                                   "output's scale; give --atol/--rtol/--min-cosine)")
+        if min_cos is not None and not args.atol and not args.rtol:
+            atol, rtol = math.inf, 0.0
     result = compare(ref_out, cand_out, atol=atol, rtol=rtol, min_cosine=min_cos,
                      samples=len(samples))
-    result.notes += [f"inputs matched {in_how}", f"outputs matched {out_how}"]
-    if defaults_for_int8:
-        result.notes.append(f"{', '.join(quantized)} is quantized: compared by cosine >= "
-                            f"{min_cos} (the main job's int8 criterion); element-wise "
-                            "tolerances would measure quantization error (give --atol/--rtol "
-                            "to use them)")
+    result.notes += [f"inputs matched {in_how}", f"outputs matched {out_how}",
+                     *criterion_notes]
+    source = data.to_json()
     report = {**result.to_json(), "reference": ref.describe(), "candidate": cand.describe(),
               "data": source}
     if args.first_divergence or args.check_each_rule:
@@ -200,17 +215,39 @@ def _check_inputs(ref: Any, cand: Any) -> str:
     return how
 
 
-def _samples(args: argparse.Namespace, ref: Any) -> tuple[list[dict], dict[str, Any]]:
-    from rewriter.verify.data import DEFAULT_RANGE, load_inputs, parse_ranges, synthetic_inputs
+def _samples(args: argparse.Namespace, ref: Any, cand: Any, job: Any) -> Any:
+    """The comparison's data: the job's own (when B was written by a job on A and no data
+    option is given), else ``--inputs`` or synthetic data, as :class:`~rewriter.verify.data.
+    Data`."""
+    from rewriter.verify.data import gather, parse_ranges
 
-    ranges = parse_ranges(args.input_range, ref.inputs)
-    if args.data:
-        samples = load_inputs(args.data, ref.inputs, samples=args.samples, ranges=ranges)
-        return samples, {"source": args.data, "samples": len(samples)}
-    samples = synthetic_inputs(ref.inputs, samples=args.samples, seed=args.seed, ranges=ranges)
-    shown = {i.name: list(ranges.get(i.name, DEFAULT_RANGE)) for i in ref.inputs}
-    return samples, {"source": "synthetic", "samples": len(samples), "seed": args.seed,
-                     "ranges": shown}
+    pixels = pixel_map(args)
+    own = args.data or args.input_range or pixels or args.seed is not None or args.samples
+    if job is not None and not own:
+        data = job.data(ref.inputs)
+        if data is not None:
+            return data
+    tf_model = next((getattr(r, "model", None) for r in (ref, cand)
+                     if getattr(r, "model", None) is not None), None)
+    scaling = {}
+    if tf_model is not None:
+        from rewriter.verify.input_scaling import input_scaling
+
+        scaling = input_scaling(tf_model)
+    data = gather(args.data, ref.inputs, samples=args.samples or 4,
+                  seed=args.seed if args.seed is not None else 0,
+                  ranges=parse_ranges(args.input_range, ref.inputs), pixels=pixels,
+                  scaling=scaling)
+    if job is not None:
+        data.notes.append(f"{job.why_not_data(own)}")
+    return data
+
+
+def job_of(reference: str, candidate: str) -> Any:
+    """The job that wrote ``candidate`` (its ``report.json`` beside it), when A is its input."""
+    from rewriter.verify.job import find_job
+
+    return find_job(reference, candidate)
 
 
 def _run_both(ref: Any, cand: Any, samples: list[dict]) -> tuple[dict, dict, str]:
@@ -287,8 +324,10 @@ def _print(ui: Any, ref: Any, cand: Any, source: dict[str, Any], result: Any,
            report: dict[str, Any]) -> None:
     ui.out(f"reference  {ref.describe()}")
     ui.out(f"candidate  {cand.describe()}")
-    ui.out(f"data       {source['samples']} sample(s), {source['source']}; "
-           + "; ".join(result.notes))
+    ui.out(f"data       {source['samples']} sample(s), {source['source']}"
+           + "".join(f"; {name}: {i['mapping']}" for name, i in source["inputs"].items())
+           + "".join(f"; {n}" for n in source["notes"]))
+    ui.out("compare    " + "; ".join(result.notes))
     header = ("output", "shape", "max_abs", "max_rel", "rmse", "cosine", "atol", "rtol", "")
     rows = [header]
     for o in result.outputs:
@@ -321,8 +360,8 @@ def _why(o: Any) -> str:
     if o.note.startswith("shape mismatch"):
         return f"{o.name}: {o.note}"
     parts = []
-    if o.mismatched:
-        parts.append(f"{o.mismatched} of {o.size} element(s) outside "
+    if o.mismatched > o.nonfinite_mismatch:
+        parts.append(f"{o.mismatched - o.nonfinite_mismatch} of {o.size} element(s) outside "
                      f"atol {_fmt(o.atol)} + rtol {_fmt(o.rtol)} x |ref|")
         parts.append(f"would need --atol {o.name}:{_fmt_up(o.needed_atol)} (at rtol "
                      f"{_fmt(o.rtol)}) or --rtol {o.name}:{_fmt_up(o.needed_rtol)} (at atol "
@@ -330,5 +369,6 @@ def _why(o: Any) -> str:
     if o.min_cosine is not None and o.cosine < o.min_cosine:
         parts.append(f"cosine {o.cosine:.6f} < {o.min_cosine}")
     if o.nonfinite_mismatch:
-        parts.append(f"{o.nonfinite_mismatch} NaN/Inf element(s) differ")
+        parts.append(f"{o.nonfinite_mismatch} non-finite element(s) ("
+                     f"{o.nonfinite_text().split(': ', 1)[1]})")
     return f"{o.name}: " + "; ".join(parts)
