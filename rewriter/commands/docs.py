@@ -10,15 +10,24 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from rewriter.errors import UserError
+
 HELP = "regenerate docs/targets/*.md from op_tables/ (--check: fail if they are stale)"
 
-DOCS_DIR = Path(__file__).resolve().parent.parent.parent / "docs" / "targets"
+
+
+def docs_dir() -> Path | None:
+    """``docs/targets`` of the source checkout, or None when running from an installed wheel."""
+    from rewriter.resources import source_checkout
+
+    root = source_checkout()
+    return root / "docs" / "targets" if root is not None else None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 if a page differs from its table")
-    parser.add_argument("--out", default=str(DOCS_DIR), help="directory (default: docs/targets)")
+    parser.add_argument("--out", help="directory (default: docs/targets of the source checkout)")
 
 
 def stale_pages(out: Path) -> list[str]:
@@ -37,7 +46,10 @@ def run(args: argparse.Namespace, ui: Any) -> int:
     from rewriter.fsutil import atomic_write_bytes
     from rewriter.targets import docs_files
 
-    out = Path(args.out)
+    if args.out is None and docs_dir() is None:
+        raise UserError("no source checkout here (rewriter runs from an installed package): "
+                        "give the directory with --out DIR")
+    out = Path(args.out) if args.out is not None else docs_dir()
     if args.check:
         stale = stale_pages(out)
         for name in stale:

@@ -17,6 +17,7 @@ from typing import Any
 
 from rewriter.defaults import QUANTIZE_MODES
 from rewriter.errors import UserError
+from rewriter.resources import op_tables_dir
 from rewriter.targets.constraints import _INT, KINDS, Constraint
 
 if sys.version_info >= (3, 11):
@@ -24,7 +25,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-TABLE_DIR = Path(__file__).resolve().parent.parent.parent / "op_tables"
+TABLE_DIR = op_tables_dir()
 
 
 _TOP_KEYS = {"name", "title", "sources", "version", "artifact", "default_quantize",
