@@ -1,0 +1,46 @@
+"""neg_as_mul: Neg becomes x * -1, exactly, and the int8 converter quantizes it."""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from rewriter.rules.neg_as_mul import NegAsMul
+from rewriter.rules.testing import assert_close_rel, dense_line, int8_tflite, op_types
+from tests.rules._activation_checks import outputs, rewritten
+
+RULE = NegAsMul()
+_W = np.random.default_rng(0).normal(0, 0.5, (1, 1, 4, 4)).astype(np.float32)
+
+
+def _conv_neg_reshape(x):
+    """An STFT-like island: a conv, its negation, a reshape (as in a CQT front end)."""
+    return tf.reshape(-tf.nn.conv2d(x, _W, 1, "SAME"), [1, 16, 4])
+
+
+def test_replaces_neg_with_mul_by_minus_one():
+    _, result = rewritten(lambda x: -(x * 2.0), RULE, (8,))
+    ops = op_types(result.model)
+    assert "Neg" not in ops and ops["Mul"] == 2
+
+
+def test_does_not_fire_on_int32_and_says_why():
+    _, result = rewritten(tf.negative, RULE, (8,), dtype="int32")
+    assert result.applied == [] and "int32" in result.rejected[0]["reason"]
+
+
+def test_equal_within_1e5_relative_over_minus_1e4_to_1e4():
+    before, result = rewritten(tf.negative, RULE, (8001,))
+    assert_close_rel(*outputs(before, result.model, dense_line(-1e4, 1e4, 8001)), rtol=1e-5)
+
+
+def test_int8_has_no_float_island_and_the_same_error():
+    """Before: DEQUANTIZE -> NEG (float) -> QUANTIZE. After: every op int8 (the -1 is folded
+    into the conv), with the int8 error of the original (one quantization step of 1/127)."""
+    before, result = rewritten(_conv_neg_reshape, RULE)
+    ops_before, err_before = int8_tflite(before)
+    ops_after, err_after = int8_tflite(result.model)
+    assert ("NEG", "float32") in ops_before
+    assert [o for o, dt in ops_after if dt == "float32"] == ["DEQUANTIZE"]
+    assert "NEG" not in {o for o, _ in ops_after}
+    assert err_after <= 0.01 and err_after <= err_before + 1e-3
