@@ -270,8 +270,11 @@ def _checkpoint_prefix(path: str) -> str | None:
 
 
 # ----------------------------------------------------------------------------- readers
-def open_variables(path: str) -> VariableSet:
-    """The variables (with values) of a checkpoint, Keras file or SavedModel at ``path``."""
+def open_variables(path: str, unsafe: bool = False) -> VariableSet:
+    """The variables (with values) of a checkpoint, Keras file or SavedModel at ``path``.
+
+    Keras models with code in them (:mod:`rewriter.frontends.safety`) are only loaded with
+    ``unsafe``; otherwise their stored weights are read without building the model."""
     fmt = detect_format(path)
     if fmt == "checkpoint":
         return _open_bundle(_checkpoint_prefix(path) or path, path)
@@ -284,33 +287,33 @@ def open_variables(path: str) -> VariableSet:
     if fmt == "saved_model":
         return _open_saved_model(path)
     if fmt == "keras":
-        return _open_keras_model(path)
+        return _open_keras_model(path, unsafe)
     if fmt == "keras-weights":
         return _open_h5_weights(path)
-    return _open_h5(path)
+    return _open_h5(path, unsafe)
 
 
-def list_checkpoint_variables(path: str) -> list[VarInfo]:
+def list_checkpoint_variables(path: str, unsafe: bool = False) -> list[VarInfo]:
     """Names, dtypes and shapes of the variables stored at ``path``, sorted by name."""
-    return open_variables(path).list()
+    return open_variables(path, unsafe).list()
 
 
 def diff_checkpoint(ckpt_path: str, model_path: str,
-                    maps: Iterable[str] | None = None) -> Diff:
+                    maps: Iterable[str] | None = None, unsafe: bool = False) -> Diff:
     """Which of a model's variables the checkpoint would restore (``inspect --against``)."""
-    source = open_variables(ckpt_path)
-    target = model_variable_infos(model_path)
-    aliases = _aliases_for(source, model_path)
+    source = open_variables(ckpt_path, unsafe)
+    target = model_variable_infos(model_path, unsafe)
+    aliases = _aliases_for(source, model_path, unsafe)
     return diff_variables(source.infos, target, NameMap.parse(maps), aliases)
 
 
-def _aliases_for(source: VariableSet, model_path: str) -> dict[str, str]:
+def _aliases_for(source: VariableSet, model_path: str, unsafe: bool) -> dict[str, str]:
     if source.format != "keras-weights":
         return {}
     fmt = detect_format(model_path)
     if fmt not in ("keras", "h5"):
         return {}
-    return keras_weight_aliases(load_keras_model(model_path))
+    return keras_weight_aliases(load_keras_model(model_path, unsafe))
 
 
 def _first_line(exc: BaseException) -> str:
@@ -405,12 +408,16 @@ def _open_saved_model(path: str) -> VariableSet:
     return _open_bundle(prefix, path, saved_model_variable_names(path, reader), "saved_model")
 
 
-def load_keras_model(path: str) -> Any:
-    """A Keras 3 model from ``.keras`` / ``.h5`` (compile=False); UserError when unreadable."""
+def load_keras_model(path: str, unsafe: bool = False) -> Any:
+    """A Keras 3 model from ``.keras`` / ``.h5`` (compile=False); UserError when unreadable,
+    :class:`~rewriter.frontends.safety.UnsafeModelError` when it holds code and not ``unsafe``."""
     import keras
 
+    from rewriter.frontends.safety import keras_file_findings, refuse
+
+    refuse(path, keras_file_findings(path, "keras" if zipfile.is_zipfile(path) else "h5"), unsafe)
     try:
-        return keras.saving.load_model(path, compile=False)
+        return keras.saving.load_model(path, compile=False, safe_mode=not unsafe)
     except Exception as exc:
         raise UserError(f"cannot load Keras model {path}: {_first_line(exc)}") from None
 
@@ -434,11 +441,11 @@ def _keras_dtype(v: Any) -> str:
     return dt if isinstance(dt, str) else getattr(dt, "name", str(dt))
 
 
-def _open_keras_model(path: str) -> VariableSet:
+def _open_keras_model(path: str, unsafe: bool) -> VariableSet:
     _check_keras_zip(path)
     try:
-        model = load_keras_model(path)
-    except UserError:  # e.g. custom layers not importable here: read the stored weights
+        model = load_keras_model(path, unsafe)
+    except UserError:  # custom layers not importable here, or code refused: read the weights
         return _open_keras_zip_weights(path)
     variables = keras_variables(model)
     infos = {n: var_info(n, v) for n, v in variables.items()}
@@ -476,12 +483,17 @@ def _h5(path: str) -> Any:
         raise UserError(f"cannot read {path}: not an HDF5 file ({_first_line(exc)})") from None
 
 
-def _open_h5(path: str) -> VariableSet:
+def _open_h5(path: str, unsafe: bool) -> VariableSet:
+    from rewriter.frontends.safety import UnsafeModelError
+
     with _h5(path) as f:
         full_model = "model_config" in f.attrs
     if not full_model:
         return _open_h5_weights(path)
-    model = load_keras_model(path)
+    try:
+        model = load_keras_model(path, unsafe)
+    except UnsafeModelError:  # read the stored weights without building the model
+        return _open_h5_weights(path)
     variables = keras_variables(model)
     infos = {n: var_info(n, v) for n, v in variables.items()}
     return VariableSet(path, "h5", infos, lambda n: np.asarray(variables[n].numpy()))
@@ -557,7 +569,7 @@ def _all_layers(model: Any) -> list[Any]:
 
 
 # ----------------------------------------------------------------------------- model side
-def model_variable_infos(path: str) -> dict[str, VarInfo]:
+def model_variable_infos(path: str, unsafe: bool = False) -> dict[str, VarInfo]:
     """The variables a model declares: a TF1 ``.meta`` graph, Keras model or SavedModel."""
     fmt = detect_format(path)
     if fmt == "meta":
@@ -566,7 +578,7 @@ def model_variable_infos(path: str) -> dict[str, VarInfo]:
         prefix = _checkpoint_prefix(path) or path
         if os.path.exists(prefix + ".meta"):
             return meta_graph_variables(prefix + ".meta")
-    return open_variables(path).infos
+    return open_variables(path, unsafe).infos
 
 
 def meta_graph_variables(meta_path: str) -> dict[str, VarInfo]:
