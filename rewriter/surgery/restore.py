@@ -29,22 +29,20 @@ import numpy as np
 
 from rewriter.errors import UserError
 from rewriter.surgery.checkpoints import (
-    Diff,
-    NameMap,
-    VariableSet,
     _checkpoint_prefix,
-    _first_line,
     _open_reader,
     detect_format,
-    diff_variables,
     import_meta_graph,
+    meta_graph_variables,
+    open_variables,
+)
+from rewriter.surgery.keras_weights import (
     keras_variables,
     keras_weight_aliases,
     load_keras_model,
-    meta_graph_variables,
-    open_variables,
     var_info,
 )
+from rewriter.surgery.variables import Diff, NameMap, VariableSet, diff_variables, first_line
 
 TARGET_KINDS = ("tf1", "keras", "saved_model")
 
@@ -339,7 +337,7 @@ def _rewrite_bundle(target: VariableSet, values: dict[str, np.ndarray], var_dir:
         tf.raw_ops.SaveV2(prefix=os.path.join(var_dir, "variables"), tensor_names=keys,
                           shape_and_slices=[""] * len(keys), tensors=tensors)
     except tf.errors.OpError as exc:
-        raise UserError(f"cannot write {var_dir}: {_first_line(exc)}") from None
+        raise UserError(f"cannot write {var_dir}: {first_line(exc)}") from None
 
 
 __all__ = ["RestoreResult", "plan_restore", "restore"]
