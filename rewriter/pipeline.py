@@ -178,11 +178,26 @@ def _attempt(ctx: _Context, exclude: frozenset[str] = frozenset()) -> _Attempt:
             art_cmp, art_out = _verify_artifact(export.path, target.artifact, ctx.quantize,
                                                 ctx.model, ctx.samples, ctx.reference)
         report["plots"]["histograms"]["artifact"] = error_histograms(ctx.reference, art_out)
+        if ctx.quantize == "int8" and target.artifact == "tflite":
+            layers = _int8_layers(ctx, export.path, rewritten)
+            report["int8_layers"] = layers.to_json()
+            if not art_cmp.ok:
+                warnings.append(layers.describe())
         equivalence["artifact"] = art_cmp.to_json()
         equivalence["artifact"]["runtime"] = ("LiteRT" if target.artifact == "tflite"
                                               else "ONNX Runtime")
     ok = bool(artifact_ok and tf_cmp.ok and art_cmp is not None and art_cmp.ok)
     return _Attempt(the_plan, ok, report, files, warnings, tf_cmp, art_cmp)
+
+
+def _int8_layers(ctx: _Context, path: str, rewritten: Model) -> Any:
+    """Every intermediate tensor of the int8 file against the rewritten float graph it was
+    converted from (:mod:`rewriter.verify.int8_layers`)."""
+    from rewriter.verify.int8_layers import int8_layer_errors
+
+    with _timed(ctx.timings, "int8_layers"), ctx.progress("measuring int8 error per layer"):
+        return int8_layer_errors(path, rewritten, ctx.samples[: max(ctx.opts.divergence_samples,
+                                                                    4)])
 
 
 def _numeric_diagnostics(ctx: _Context, the_plan: Any, result: Any, rewritten: Model,

@@ -86,6 +86,9 @@ def render_markdown(r: dict[str, Any]) -> str:
                              f"{_num(m.get('rtol'))} | {_num(m.get('needed_atol'))} | "
                              f"{m.get('ok')} |")
             lines += [""] + [f"- {n}" for n in cmp.get("notes", [])] + [""]
+    from rewriter.report_int8 import markdown
+
+    lines += markdown(r.get("int8_layers"))
     div = (r.get("plots") or {}).get("divergence")
     if div:
         lines += ["", "## First divergence (intermediate tensors)", "", div["summary"] + "."]

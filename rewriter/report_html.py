@@ -13,7 +13,7 @@ Everything is rendered from JSON-serialisable data, so it can live in ``report.j
 
 Plots are inline SVG generated here (matplotlib is not a dependency); each ``<svg>`` carries
 ``data-plot`` (``histogram``, ``node-errors``, ``placement``, ``vela``, ``artifact-ops``,
-``timings``) so tests can find them.
+``timings``, ``int8-layers`` from :mod:`rewriter.report_int8`) so tests can find them.
 """
 
 from __future__ import annotations
@@ -277,7 +277,7 @@ th{background:#eef1f4}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .plot .tol{stroke:#c62828;stroke-dasharray:5 3;stroke-width:1.5}.plot .tol-l,.plot .bad-l{fill:#c62828}
 .plot .bound{fill:none;stroke:#c62828;stroke-dasharray:5 3;stroke-width:1.2}
 .plot .errline{fill:none;stroke:#9db8dc;stroke-width:1}.plot .pt{fill:#3b76c4}
-.plot .pt.bad{fill:#c62828}.muted{color:#5d6874}ul{margin:4px 0}
+.plot .pt.bad{fill:#c62828}.plot .bar.worst{fill:#c62828}.muted{color:#5d6874}ul{margin:4px 0}
 """
 
 
@@ -479,7 +479,10 @@ def render_html(report: Mapping[str, Any], extras: Mapping[str, Any] | None = No
     head = [f"<h1>{_e(title)}</h1>"]
     if ok is not None:
         head.append(f"<p>{_badge(bool(ok))} {_e(report.get('summary', ''))}</p>")
-    body = "".join(head + [_data(report), _equivalence(report, plots), _divergence(plots),
+    from rewriter.report_int8 import html_section
+
+    body = "".join(head + [_data(report), _equivalence(report, plots),
+                           html_section(report.get("int8_layers"), _table), _divergence(plots),
                            _per_rule(plots),
                            _op_tables(report), _rules(report), _vela(report),
                            _artifact_and_timings(report), _notes(report)])
