@@ -7,7 +7,8 @@ import pytest
 import tensorflow as tf
 
 from rewriter.errors import UserError
-from rewriter.surgery.checkpoints import NameMap, VarInfo, diff_variables, open_variables
+from rewriter.surgery.checkpoints import open_variables
+from rewriter.surgery.variables import NameMap, VarInfo, diff_variables
 
 from .conftest import SAMPLES
 

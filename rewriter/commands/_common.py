@@ -27,7 +27,8 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--input-shape", action="append", default=[], metavar="NAME:D0,D1,...",
                    help="fix an input's shape (repeatable); unknown batch defaults to 1")
     g.add_argument("--unsafe", action="store_true",
-                   help="allow Keras Lambda layers (runs code stored in the model file)")
+                   help="allow models holding code: Keras Lambda layers and graph ops that "
+                   "touch files, the network or Python (only for files you trust)")
 
 
 def add_pixel_arguments(parser: argparse.ArgumentParser) -> None:

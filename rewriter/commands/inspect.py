@@ -82,7 +82,7 @@ def _surgery() -> Any:
 
 def _inspect_checkpoint(args: argparse.Namespace, ui: Any, surgery: Any) -> int:
     if args.against:
-        diff = surgery.diff_checkpoint(args.model, args.against)
+        diff = surgery.diff_checkpoint(args.model, args.against, unsafe=args.unsafe)
         data = diff.to_json()
         if ui.json_mode:
             ui.json(data)
@@ -93,7 +93,7 @@ def _inspect_checkpoint(args: argparse.Namespace, ui: Any, surgery: Any) -> int:
             for item in items:
                 ui.out(f"  {item if isinstance(item, str) else _fmt_item(item)}")
         return 0
-    variables = surgery.list_checkpoint_variables(args.model)
+    variables = surgery.list_checkpoint_variables(args.model, args.unsafe)
     if ui.json_mode:
         ui.json({"path": args.model, "variables": [
             {"name": v.name, "dtype": v.dtype, "shape": list(v.shape)} for v in variables]})

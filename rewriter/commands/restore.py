@@ -27,6 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(repeatable; the first rule that matches a name applies)")
     parser.add_argument("--strict", action="store_true",
                         help="exit 1 (writing nothing) unless every target variable is restored")
+    parser.add_argument("--unsafe", action="store_true",
+                        help="allow models holding code (Keras Lambda layers; initialisers that "
+                        "touch files or run Python)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -34,7 +37,8 @@ def run(args: argparse.Namespace, ui: Any) -> int:
     from rewriter.surgery.restore import restore
 
     with ui.step(f"restoring {args.source} into {args.target}"):
-        result = restore(args.source, args.target, args.output, args.maps, args.strict)
+        result = restore(args.source, args.target, args.output, args.maps, args.strict,
+                         unsafe=args.unsafe)
     failed = args.strict and not result.complete
     if args.json:
         ui.json({"ok": not failed, **result.to_json()})

@@ -3,17 +3,22 @@
 The path may be the prefix (``model.ckpt``), the ``.meta`` file, or a directory with a
 ``checkpoint`` state file (its latest checkpoint is used). Outputs come from ``--outputs``, else a
 ``serving_default`` SignatureDef in the MetaGraph, else the inference graph's single sink (the
-graph with save/restore, initialisers, gradients and optimiser ops set aside).
+graph with save/restore, initialisers, gradients and optimiser ops set aside). The ``.meta`` is
+parsed and scanned before TensorFlow imports or runs it: ops that touch the file system, the
+network or Python on the way to the outputs, or in the saver's restore path beyond its own
+checkpoint ops, are refused unless ``--unsafe`` (:mod:`rewriter.frontends.safety`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rewriter.errors import UserError
 from rewriter.frontends._common import NON_OUTPUT_OPS
 from rewriter.frontends.graphdef import model_from_graphdef
 from rewriter.frontends.options import LoadOptions
+from rewriter.frontends.safety import meta_graph_findings, refuse
 from rewriter.graph import parse_input
 from rewriter.model import Model
 
@@ -50,18 +55,20 @@ def load_checkpoint(path: str, options: LoadOptions) -> Model:
     if not Path(prefix + ".index").exists():
         raise UserError(f"{path}: no {Path(prefix).name}.index: the checkpoint's values are "
                         "missing (only the .meta graph is there)")
+    meta_def = read_meta_graph(meta)
+    outputs = options.outputs or _outputs_from_signature(meta_def) or _infer_outputs(
+        meta_def.graph_def, meta)
+    inputs = options.inputs or _inputs_from_signature(meta_def)
+    refuse(meta, meta_graph_findings(meta_def, fetches=outputs, feeds=_tensors(inputs or [])),
+           options.unsafe)
     graph = tf.Graph()
     with graph.as_default():
         try:
-            saver = tf.compat.v1.train.import_meta_graph(meta, clear_devices=True)
+            saver = tf.compat.v1.train.import_meta_graph(meta_def, clear_devices=True)
         except Exception as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise UserError(f"{meta}: cannot read the MetaGraph: {first[:200]}") from None
-        meta_def = saver.export_meta_graph() if saver is not None else None
         graph_def = graph.as_graph_def()
-        outputs = options.outputs or _outputs_from_signature(meta_def) or _infer_outputs(
-            graph_def, meta)
-        inputs = options.inputs or _inputs_from_signature(meta_def)
         with tf.compat.v1.Session(graph=graph) as sess:
             if saver is None:
                 raise UserError(f"{meta}: graph has no variables to restore; it is not a "
@@ -83,6 +90,33 @@ def load_checkpoint(path: str, options: LoadOptions) -> Model:
     opts = LoadOptions(options.signature, inputs, outputs, options.input_shapes, options.unsafe)
     return model_from_graphdef(frozen, prefix, "checkpoint", opts,
                                notes=[f"checkpoint {Path(prefix).name} frozen with its .meta"])
+
+
+def read_meta_graph(meta: str) -> Any:
+    """The ``MetaGraphDef`` in a ``.meta`` file (binary or text), parsed without importing it."""
+    from google.protobuf import message, text_format
+    from tensorflow.core.protobuf import meta_graph_pb2
+
+    meta_def = meta_graph_pb2.MetaGraphDef()
+    try:
+        data = Path(meta).read_bytes()
+    except OSError as exc:
+        raise UserError(f"{meta}: cannot read ({exc.strerror})") from None
+    try:
+        meta_def.ParseFromString(data)
+    except (message.DecodeError, RecursionError, ValueError):
+        try:
+            text_format.Parse(data.decode("utf-8"), meta_def)
+        except (text_format.ParseError, UnicodeDecodeError, RecursionError, ValueError):
+            raise UserError(f"{meta}: cannot parse meta graph: not a MetaGraph (.meta) file; "
+                            "is it truncated?") from None
+    if not meta_def.graph_def.node:
+        raise UserError(f"{meta}: the MetaGraph holds no graph")
+    return meta_def
+
+
+def _tensors(names: list[str]) -> list[str]:
+    return [n if ":" in n else f"{n}:0" for n in names]
 
 
 def _signature(meta_def):

@@ -3,6 +3,8 @@
 Inputs are the Placeholders and outputs the graph's sinks when that is unambiguous; otherwise
 ``--inputs``/``--outputs`` are required and the error lists the candidates. A graph that still
 holds variables is not frozen: the error says to give the checkpoint with its ``.meta`` instead.
+Ops that touch the file system, the network or Python on the path from the inputs to the outputs
+are refused unless ``--unsafe`` (:mod:`rewriter.frontends.safety`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from rewriter.frontends._common import (
     static_shape,
 )
 from rewriter.frontends.options import LoadOptions
+from rewriter.frontends.safety import graph_findings, refuse
 from rewriter.graph import GraphDef, np_dtype
 from rewriter.model import Model, Source, TensorSpec
 
@@ -50,7 +53,11 @@ def read_graphdef(path: str, text: bool = False) -> GraphDef:
 def load_graphdef(path: str, options: LoadOptions, text: bool = False) -> Model:
     gd = read_graphdef(path, text)
     fmt = "graphdef_text" if text else "graphdef"
-    return model_from_graphdef(gd, path, fmt, options)
+    model = model_from_graphdef(gd, path, fmt, options)
+    # What running the model executes: the outputs' ancestors, up to the fed inputs.
+    refuse(path, graph_findings(gd, fetches=[o.tensor for o in model.outputs],
+                                feeds=[i.tensor for i in model.inputs]), options.unsafe)
+    return model
 
 
 def model_from_graphdef(gd: GraphDef, path: str, fmt: str, options: LoadOptions,

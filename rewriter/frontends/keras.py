@@ -1,7 +1,10 @@
 """Keras front end: ``.keras`` (Keras 3) and ``.h5`` (Keras 3 or tf_keras / Keras 2) files.
 
-Models load with ``safe_mode=True``; a model with a Lambda layer is refused unless the user passes
-``--unsafe`` (a Lambda stores Python bytecode that runs on load). The model's inference call
+Before anything loads the file, its model config is parsed and a model with code in it (a Lambda
+layer, ...: see :mod:`rewriter.frontends.safety`) is refused unless the user passes ``--unsafe``;
+Keras 3 files then load with ``safe_mode=True`` too, and tf_keras files (which have no safe mode)
+only after that check. The traced graph is scanned for file-system and Python ops before it
+runs. The model's inference call
 (``training=False``) is traced at a static input shape and frozen to a GraphDef. ``.h5`` files
 written by Keras 2 / tf_keras are loaded with tf_keras, so the graph is the one that Keras
 version emits (e.g. ``FusedBatchNormV3``); Keras 3 files with Keras 3.
@@ -9,7 +12,6 @@ version emits (e.g. ``FusedBatchNormV3``); Keras 3 files with Keras 3.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from rewriter.errors import UserError
@@ -19,10 +21,8 @@ from rewriter.frontends._common import (
     static_shape,
 )
 from rewriter.frontends.options import LoadOptions
+from rewriter.frontends.safety import UNSAFE_HINT, graph_findings, keras_file_findings, refuse
 from rewriter.model import Model, Source, TensorSpec
-
-_LAMBDA_HINT = ("pass --unsafe only if you trust the file: a Lambda layer runs Python code "
-                "stored in it")
 
 
 def h5_keras_version(path: str) -> str | None:
@@ -43,26 +43,16 @@ def h5_keras_version(path: str) -> str | None:
     return str(v) if v is not None else None
 
 
-def _h5_has_lambda(path: str) -> bool:
-    import h5py
-
-    with h5py.File(path, "r") as f:
-        cfg = f.attrs.get("model_config")
-    if isinstance(cfg, bytes):
-        cfg = cfg.decode()
-    return bool(re.search(r'"class_name":\s*"Lambda"', str(cfg)))
-
-
 def load_keras(path: str, fmt: str, options: LoadOptions) -> Model:
     legacy = False
     if fmt == "h5":
         version = h5_keras_version(path)
         legacy = version is not None and not version.startswith("3")
-        if not options.unsafe and _h5_has_lambda(path):
-            raise UserError(f"{path}: model has a Lambda layer, refused in safe mode; "
-                            + _LAMBDA_HINT)
+    refuse(path, keras_file_findings(path, fmt), options.unsafe)
     model = _load_legacy(path, options) if legacy else _load_keras3(path, options)
-    return _freeze_keras_model(model, path, fmt, options, legacy)
+    frozen = _freeze_keras_model(model, path, fmt, options, legacy)
+    refuse(path, graph_findings(frozen.graph_def), options.unsafe)
+    return frozen
 
 
 def _load_keras3(path: str, options: LoadOptions) -> Any:
@@ -87,7 +77,7 @@ def _load_error(path: str, exc: Exception) -> UserError:
     msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if "Lambda" in msg and "safe_mode" in str(exc):
         return UserError(f"{path}: model has a Lambda layer, refused in safe mode; "
-                         + _LAMBDA_HINT)
+                         + UNSAFE_HINT)
     if "Unknown layer" in msg or "Could not locate class" in msg or "custom_objects" in msg:
         return UserError(f"{path}: model uses a custom layer or object that is not registered "
                          f"({msg[:160]}); rewriter can load only built-in Keras layers, so "

@@ -3,6 +3,9 @@
 The signature's inputs become the Model inputs (keyed by the signature's argument names) and its
 structured outputs, in sorted key order, the Model outputs. Dynamic dimensions are fixed as in
 every front end (batch -> 1, others by ``--input-shape``) and written into the Placeholders.
+Before ``tf.saved_model.load`` runs anything (init ops, resource initialisers, the restore of a
+TF1 SavedModel), every graph and function in ``saved_model.pb`` is scanned for ops that touch the
+file system, the network or Python, and refused unless ``--unsafe``.
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ from rewriter.frontends._common import (
     static_shape,
 )
 from rewriter.frontends.options import LoadOptions
+from rewriter.frontends.safety import keras_metadata_notes, refuse, saved_model_findings
 from rewriter.model import Model, Source, TensorSpec
 
 
 def load_saved_model(directory: str, options: LoadOptions) -> Model:
     import tensorflow as tf
 
+    refuse(directory, saved_model_findings(directory), options.unsafe)
     try:
         loaded = tf.saved_model.load(directory)
     except Exception as exc:
@@ -39,7 +44,7 @@ def load_saved_model(directory: str, options: LoadOptions) -> Model:
         raise UserError(f"{directory}: SavedModel has no signature {key!r}; it has: {avail} "
                         f"(choose with {hint})")
     fn = signatures[key]
-    notes = [f"signature {key!r}"]
+    notes = [f"signature {key!r}", *keras_metadata_notes(directory)]
     arg_specs = fn.structured_input_signature[1]
     names = sorted(arg_specs)
     check_shape_overrides(options, names)

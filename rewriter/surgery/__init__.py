@@ -9,16 +9,12 @@ retrained). Each one is a function here and a ``rewrite`` subcommand.
 from __future__ import annotations
 
 from rewriter.surgery.checkpoints import (
-    Diff,
-    Mismatch,
-    NameMap,
-    Pair,
-    VarInfo,
     diff_checkpoint,
     is_checkpoint,
     list_checkpoint_variables,
     open_variables,
 )
+from rewriter.surgery.variables import Diff, Mismatch, NameMap, Pair, VarInfo
 
 __all__ = ["Diff", "Mismatch", "NameMap", "Pair", "VarInfo", "diff_checkpoint",
            "is_checkpoint", "list_checkpoint_variables", "open_variables"]

@@ -29,22 +29,20 @@ import numpy as np
 
 from rewriter.errors import UserError
 from rewriter.surgery.checkpoints import (
-    Diff,
-    NameMap,
-    VariableSet,
     _checkpoint_prefix,
-    _first_line,
     _open_reader,
     detect_format,
-    diff_variables,
     import_meta_graph,
+    meta_graph_variables,
+    open_variables,
+)
+from rewriter.surgery.keras_weights import (
     keras_variables,
     keras_weight_aliases,
     load_keras_model,
-    meta_graph_variables,
-    open_variables,
     var_info,
 )
+from rewriter.surgery.variables import Diff, NameMap, VariableSet, diff_variables, first_line
 
 TARGET_KINDS = ("tf1", "keras", "saved_model")
 
@@ -74,11 +72,14 @@ class RestoreResult:
 
 
 # ----------------------------------------------------------------------------- entry point
-def plan_restore(source: str, target: str, maps: Iterable[str] | None = None
-                 ) -> tuple[VariableSet, Diff, str, Any]:
-    """Read both sides and match them; returns (source vars, diff, target kind, target handle)."""
-    src = open_variables(source)
-    kind, handle = _open_target(target)
+def plan_restore(source: str, target: str, maps: Iterable[str] | None = None,
+                 unsafe: bool = False) -> tuple[VariableSet, Diff, str, Any]:
+    """Read both sides and match them; returns (source vars, diff, target kind, target handle).
+
+    A target with code in it (a Keras Lambda; initialisers that touch files or run Python) is
+    refused unless ``unsafe``: restoring builds and initialises it."""
+    src = open_variables(source, unsafe)
+    kind, handle = _open_target(target, unsafe)
     name_map = NameMap.parse(maps)
     aliases: dict[str, str] = {}
     if kind == "keras":
@@ -93,14 +94,14 @@ def plan_restore(source: str, target: str, maps: Iterable[str] | None = None
 
 
 def restore(source: str, target: str, output: str, maps: Iterable[str] | None = None,
-            strict: bool = False) -> RestoreResult:
+            strict: bool = False, unsafe: bool = False) -> RestoreResult:
     """Copy SOURCE's variables into TARGET by name and write the result to ``output``.
 
     With ``strict`` nothing is written unless every target variable is restored; the caller
     checks :attr:`RestoreResult.complete`.
     """
     _check_output(output)
-    src, diff, kind, handle = plan_restore(source, target, maps)
+    src, diff, kind, handle = plan_restore(source, target, maps, unsafe)
     output = _resolve_output(output, kind, target)
     result = RestoreResult(source, target, output, kind, diff)
     if strict and not diff.complete:
@@ -131,24 +132,46 @@ def _verify(expected: dict[str, np.ndarray], written: dict[str, np.ndarray]) -> 
 
 
 # ----------------------------------------------------------------------------- targets
-def _open_target(target: str) -> tuple[str, Any]:
+def _open_target(target: str, unsafe: bool) -> tuple[str, Any]:
     fmt = detect_format(target)
     if fmt == "meta":
         prefix = target[: -len(".meta")]
         own = prefix if os.path.exists(prefix + ".index") else None
+        _check_initialisers(target, unsafe)
         return "tf1", (target, own)
     if fmt == "checkpoint":
         prefix = _checkpoint_prefix(target) or target
         if os.path.exists(prefix + ".meta"):
+            _check_initialisers(prefix + ".meta", unsafe)
             return "tf1", (prefix + ".meta", prefix)
         raise UserError(f"{target}: a checkpoint without its .meta graph cannot be a restore "
                         "target; give the modified model (.meta, .keras/.h5 or SavedModel)")
     if fmt in ("keras", "h5"):
-        return "keras", load_keras_model(target)
+        return "keras", load_keras_model(target, unsafe)
     if fmt == "saved_model":
         return "saved_model", _open_saved_model_target(target)
     raise UserError(f"{target}: a weights-only file cannot be a restore target; give the "
                     "modified model (.meta, .keras/.h5 or SavedModel)")
+
+
+def _check_initialisers(meta: str, unsafe: bool) -> None:
+    """Refuse a ``.meta`` whose variable initialisers (run to write the checkpoint) touch the
+    file system, the network or Python."""
+    from tensorflow.core.framework import variable_pb2
+
+    from rewriter.frontends.checkpoint import read_meta_graph
+    from rewriter.frontends.safety import meta_graph_findings, refuse
+
+    meta_def = read_meta_graph(meta)
+    fetches = []
+    for raw in meta_def.collection_def["variables"].bytes_list.value:
+        var = variable_pb2.VariableDef()
+        try:
+            var.ParseFromString(raw)
+        except Exception:  # noqa: BLE001 - import_meta_graph reports a damaged collection
+            continue
+        fetches += [var.initializer_name, var.snapshot_name]
+    refuse(meta, meta_graph_findings(meta_def, fetches=[f for f in fetches if f]), unsafe)
 
 
 def _open_saved_model_target(path: str) -> VariableSet:
@@ -314,7 +337,7 @@ def _rewrite_bundle(target: VariableSet, values: dict[str, np.ndarray], var_dir:
         tf.raw_ops.SaveV2(prefix=os.path.join(var_dir, "variables"), tensor_names=keys,
                           shape_and_slices=[""] * len(keys), tensors=tensors)
     except tf.errors.OpError as exc:
-        raise UserError(f"cannot write {var_dir}: {_first_line(exc)}") from None
+        raise UserError(f"cannot write {var_dir}: {first_line(exc)}") from None
 
 
 __all__ = ["RestoreResult", "plan_restore", "restore"]
