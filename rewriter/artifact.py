@@ -159,7 +159,8 @@ def _tflite_op(model: Any, sg: Any, i: int, op: Any, names: dict[int, str],
         f.axes = _buffer_ints(model, ins[1])
     if name == "SPLIT" and len(ins) > 1:
         f.axes = _buffer_ints(model, ins[0])
-        f.input_shape = _shape(ins[1])
+        f.input_shape = _shape(ins[1])  # input 0 is the axis: the data is input 1
+        f.dtype = types.get(ins[1].type, "?").lower()
     if name == "STRIDED_SLICE" and len(ins) > 3:
         f.slice_strides = _buffer_ints(model, ins[3])
     return f

@@ -130,6 +130,12 @@ def node_dtype(node: NodeDef,
     return None
 
 
+def is_back_edge(src: NodeDef, dst: NodeDef) -> bool:
+    """Whether the edge ``src -> dst`` is a TF1 while loop's back edge (NextIteration -> Merge),
+    the one kind of cycle a valid GraphDef holds."""
+    return src.op == "NextIteration" and dst.op in ("Merge", "RefMerge")
+
+
 class GraphIndex:
     """An index over a GraphDef: nodes by name, consumers of each node, const values.
 
@@ -279,12 +285,17 @@ class GraphIndex:
         return len(dead)
 
     def topological_order(self) -> list[NodeDef]:
-        """Nodes in an order where every node follows its inputs (Kahn's algorithm)."""
-        indeg = {n: 0 for n in self.nodes}
-        for node in self.nodes.values():
-            for ref in node.input:
-                if parse_input(ref)[0] in self.nodes:
-                    indeg[node.name] += 1
+        """Nodes in an order where every node follows its inputs (Kahn's algorithm).
+
+        The back edge of a TF1 while loop (``NextIteration`` -> ``Merge``) is not an ordering
+        constraint: a loop's ``Merge`` comes after its ``Enter`` and before its body, as TF's
+        own executor schedules it. Any other cycle raises ``ValueError`` naming a node on it.
+        """
+        def edges(node: NodeDef) -> list[str]:
+            return [src for src in (parse_input(r)[0] for r in node.input)
+                    if src in self.nodes and not is_back_edge(self.nodes[src], node)]
+
+        indeg = {n: len(edges(node)) for n, node in self.nodes.items()}
         queue = deque(n for n in self._live_order() if indeg[n] == 0)
         out: list[NodeDef] = []
         while queue:
@@ -294,12 +305,15 @@ class GraphIndex:
                 if c not in indeg:
                     continue
                 # one decrement per input edge
-                k = sum(1 for r in self.nodes[c].input if parse_input(r)[0] == name)
-                indeg[c] -= k
-                if indeg[c] == 0:
-                    queue.append(c)
+                k = sum(1 for src in edges(self.nodes[c]) if src == name)
+                if k:
+                    indeg[c] -= k
+                    if indeg[c] == 0:
+                        queue.append(c)
         if len(out) != len(self.nodes):
-            raise ValueError("graph has a cycle")
+            stuck = next(n for n in self._live_order() if indeg[n] > 0)
+            raise ValueError(f"graph has a cycle through node {stuck!r} "
+                             f"({self.nodes[stuck].op}) that is not a while loop's back edge")
         return out
 
     def to_graph_def(self) -> GraphDef:

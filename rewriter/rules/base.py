@@ -124,14 +124,17 @@ import numpy as np
 from rewriter.graph import (
     GraphIndex,
     NodeDef,
-    const_to_array,
     make_const,
     make_node,
     node_dtype,
-    np_dtype,
     parse_input,
     tf_dtype,
 )
+from rewriter.static_eval import _norm_ref, static_value, tensor_shape
+
+__all__ = ["ADD_OPS", "COMMUTATIVE_OPS", "RULE_ATTR", "Applied", "Bound", "Builder", "Match",
+           "Reject", "Rule", "commuted", "const_operand", "dtype_of", "is_scalar_like",
+           "producer_op", "static_value", "tensor_shape"]
 
 #: Node attribute that records which rule created a node (provenance).
 RULE_ATTR = "_rewriter_rule"
@@ -164,13 +167,19 @@ class Bound:
 @dataclass
 class Match:
     """A structural match: ``root`` (whose output 0 is replaced), every node the rewrite replaces,
-    the tensors entering the subgraph, and captured constant values."""
+    the tensors entering the subgraph, and captured constant values.
+
+    ``outputs`` lists further tensors of matched nodes that nodes outside the match read (a
+    subgraph with several results, e.g. a while loop's exits); a rule that sets it returns a
+    ``{old tensor: new tensor}`` dict from :meth:`Rule.rewrite` covering each of them.
+    """
 
     root: NodeDef
     nodes: list[NodeDef]
     inputs: dict[str, str] = field(default_factory=dict)
     consts: dict[str, np.ndarray] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    outputs: list[str] = field(default_factory=list)
 
     @property
     def node_names(self) -> list[str]:
@@ -298,7 +307,7 @@ class Rule:
     def check(self, g: GraphIndex, m: Match) -> Reject | None:
         return None
 
-    def rewrite(self, g: GraphIndex, m: Match, b: Builder) -> str:
+    def rewrite(self, g: GraphIndex, m: Match, b: Builder) -> str | dict[str, str]:
         raise NotImplementedError
 
     # ------------------------------------------------------------- provided
@@ -330,6 +339,8 @@ class Rule:
 
     def _safe_to_replace(self, g: GraphIndex, m: Match) -> Reject | None:
         inside = {n.name for n in m.nodes}
+        if m.outputs:
+            return _outputs_cover_reads(g, m, inside)
         for user in g.consumers(m.root.name):
             for ref in user.input:
                 src, idx, ctrl = parse_input(ref)
@@ -352,6 +363,8 @@ class Rule:
         out = self.rewrite(g, m, b)
         matched = m.node_names
         root = m.root.name
+        if isinstance(out, dict):
+            return self._apply_many(g, m, b, out, set(protected))
         g.redirect(root, out)
         _move_control_edges(g, root, out)
         _remove_dead(g, matched, set(protected) - {root})
@@ -364,6 +377,64 @@ class Rule:
             g.rename(b.created[-1], root)
             b.created[-1] = root
         return Applied(self.name, root, matched, list(b.created), self.exact, self.bound)
+
+    def _apply_many(self, g: GraphIndex, m: Match, b: Builder, out: dict[str, str],
+                    protected: set[str]) -> Applied:
+        """Apply a multi-output rewrite: redirect every read tensor, delete the matched nodes
+        (all of them: a loop's nodes read each other in a cycle, so none ever looks unread),
+        and give each replacement the name of the node it replaced."""
+        given = {_norm_ref(k) for k in out}
+        missing = [t for t in m.outputs if _norm_ref(t) not in given]
+        if missing:
+            raise ValueError(f"rewrite returned no replacement for {', '.join(missing)}")
+        matched = set(m.node_names)
+        for old, new in out.items():
+            g.redirect(old, new)
+            if _norm_ref(old).endswith(":0"):
+                g.redirect(parse_input(old)[0], new)
+        firsts = list(dict.fromkeys(parse_input(v)[0] for v in out.values()))
+        feeders: list[str] = []
+        for name in m.node_names:
+            if name not in g:
+                continue
+            for user in g.consumers(name):  # outside control dependents wait for the results
+                if user.name not in matched and f"^{name}" in user.input:
+                    refs = [r for r in user.input if r != f"^{name}"]
+                    if user.op != "NoOp":
+                        refs.extend(f"^{f}" for f in firsts if f"^{f}" not in refs)
+                    g.set_inputs(user, refs)
+            feeders.extend(parse_input(r)[0] for r in g[name].input)
+            g.remove(name)
+        _remove_dead(g, [f for f in feeders if f not in matched], protected)
+        for old, new in out.items():
+            old_node, old_idx, _ = parse_input(old)
+            new_node, new_idx, _ = parse_input(new)
+            if old_idx != 0 or old_node in g:
+                continue
+            if new_idx == 0 and new_node in b.created:
+                g.rename(new_node, old_node)
+                b.created[b.created.index(new_node)] = old_node
+            elif old_node in protected:
+                keep = b.op("Identity", [new], "keep_name")
+                g.rename(keep, old_node)
+                b.created[-1] = old_node
+        return Applied(self.name, m.root.name, m.node_names, list(b.created), self.exact,
+                       self.bound)
+
+
+def _outputs_cover_reads(g: GraphIndex, m: Match, inside: set[str]) -> Reject | None:
+    """A multi-output match is safe when every data read from outside is in ``m.outputs``."""
+    allowed = {_norm_ref(t) for t in m.outputs}
+    for node in m.nodes:
+        for user in g.consumers(node.name):
+            if user.name in inside:
+                continue
+            for ref in user.input:
+                src, idx, ctrl = parse_input(ref)
+                if src == node.name and not ctrl and f"{src}:{idx}" not in allowed:
+                    return Reject(f"{node.op} {node.name} output {idx} is also read by "
+                                  f"{user.name}, outside the pattern", node.name)
+    return None
 
 
 # --------------------------------------------------------------------- helpers for patterns
@@ -404,126 +475,6 @@ def is_scalar_like(value: np.ndarray | None) -> bool:
     return value is not None and value.size == 1
 
 
-class _NotStatic(Exception):
-    """An op configuration the numpy evaluator does not handle."""
-
-
-def _ints(a: np.ndarray) -> list[int]:
-    return [int(v) for v in np.ravel(a)]
-
-
-def _squeeze(node: NodeDef, a: np.ndarray) -> np.ndarray:
-    dims = tuple(node.attr["squeeze_dims"].list.i) if "squeeze_dims" in node.attr else ()
-    return np.squeeze(a, axis=dims or None)
-
-
-def _cast(node: NodeDef, a: np.ndarray) -> np.ndarray:
-    dt = np_dtype(node.attr["DstT"].type)
-    return a.astype(np.float64) if dt.kind == "f" else a.astype(dt)
-
-
-def _strided_slice(node: NodeDef, x: np.ndarray, begin: np.ndarray, end: np.ndarray,
-                   strides: np.ndarray) -> np.ndarray:
-    if node.attr["ellipsis_mask"].i or node.attr["new_axis_mask"].i:
-        raise _NotStatic("ellipsis/new-axis masks")
-    bm, em, sm = (node.attr[k].i for k in ("begin_mask", "end_mask", "shrink_axis_mask"))
-    index: list[Any] = []
-    for i, (b0, e0, st) in enumerate(zip(_ints(begin), _ints(end), _ints(strides), strict=True)):
-        if sm >> i & 1:
-            index.append(b0)
-        else:
-            index.append(slice(None if bm >> i & 1 else b0, None if em >> i & 1 else e0, st))
-    return np.asarray(x[tuple(index)])
-
-
-def _reduce(fn):
-    def run(node: NodeDef, a: np.ndarray, axes: np.ndarray) -> np.ndarray:
-        return fn(a, axis=tuple(_ints(axes)) or None, keepdims=node.attr["keep_dims"].b)
-    return run
-
-
-def _out(fn):
-    """Adapt ``fn(*args)`` to the evaluator's ``(node, *args)`` calling convention."""
-    return lambda node, *args: fn(*args)
-
-
-_EVAL: dict[str, Any] = {
-    "Identity": _out(lambda a: a), "Snapshot": _out(lambda a: a), "Neg": _out(np.negative),
-    "Rsqrt": _out(lambda a: 1.0 / np.sqrt(a)), "Sqrt": _out(np.sqrt),
-    "Reciprocal": _out(lambda a: 1.0 / a), "Square": _out(np.square),
-    "Squeeze": _squeeze, "Cast": _cast,
-    "Mul": _out(np.multiply), "Add": _out(np.add), "AddV2": _out(np.add),
-    "Sub": _out(np.subtract), "RealDiv": _out(np.divide), "FloorDiv": _out(np.floor_divide),
-    "Maximum": _out(np.maximum), "Minimum": _out(np.minimum),
-    "Reshape": _out(lambda a, s: np.reshape(a, tuple(_ints(s)))),
-    "ExpandDims": _out(lambda a, d: np.expand_dims(a, _ints(d)[0])),
-    "StridedSlice": _strided_slice,
-    "Pack": lambda n, *xs: np.stack(xs, axis=n.attr["axis"].i),
-    "ConcatV2": _out(lambda *xs: np.concatenate(xs[:-1], axis=_ints(xs[-1])[0])),
-    "Fill": _out(lambda dims, v: np.full(tuple(_ints(dims)), v)),
-    "GatherV2": lambda n, p, i, ax: np.take(p, i, axis=_ints(ax)[0]),
-    "Range": _out(lambda a, b, d: np.arange(a, b, d)),
-    "Prod": _reduce(np.prod), "Sum": _reduce(np.sum),
-}
-#: Ops whose value is their input's static shape (no need for the input's value).
-_SHAPE_OF = {"Shape": lambda s: np.asarray(s), "Size": lambda s: np.asarray(np.prod(s)),
-             "Rank": lambda s: np.asarray(len(s))}
-
-
-def static_value(g: GraphIndex, ref: str, limit: int = 64
-                 ) -> tuple[np.ndarray, list[str]] | None:
-    """Evaluate ``ref`` with numpy when it depends on constants (and static shapes) only.
-
-    Follows Const, Identity, Reshape/Squeeze/ExpandDims, elementwise arithmetic (Rsqrt, Mul,
-    AddV2, Sub, Neg, ...) and shape plumbing (Shape of a statically shaped tensor, StridedSlice,
-    Pack, ConcatV2, Prod, Fill, GatherV2, Range, Cast), at most ``limit`` nodes. Float results
-    are float64 (so folded weights are computed in float64 and cast once). Returns (value, names
-    of the non-Const nodes evaluated) or None when something non-constant is reached.
-    """
-    memo: dict[str, np.ndarray] = {}
-    visited: list[str] = []
-    budget = [limit]
-
-    def ev(r: str) -> np.ndarray | None:
-        name, idx, ctrl = parse_input(r)
-        node = g.nodes.get(name)
-        budget[0] -= 1
-        if node is None or ctrl or idx != 0 or budget[0] < 0:
-            return None
-        if name in memo:
-            return memo[name]
-        refs = [i for i in node.input if not i.startswith("^")]
-        if node.op == "Const":
-            val = const_to_array(node)
-            val = val.astype(np.float64) if val.dtype.kind == "f" else val
-        elif node.op in _SHAPE_OF and refs:
-            shape = tensor_shape(g, refs[0])
-            if shape is None or any(d is None for d in shape):
-                return None
-            val = _SHAPE_OF[node.op](shape).astype(np_dtype(node.attr["out_type"].type))
-            visited.append(name)
-        elif node.op in _EVAL:
-            args = []
-            for i in refs:
-                a = ev(i)
-                if a is None:
-                    return None
-                args.append(a)
-            try:
-                val = _EVAL[node.op](node, *args)
-            except (_NotStatic, ValueError, IndexError, TypeError):
-                return None
-            if node.op not in ("Identity", "Snapshot"):
-                visited.append(name)
-        else:
-            return None
-        memo[name] = np.asarray(val)
-        return memo[name]
-
-    value = ev(ref)
-    return None if value is None else (value, visited)
-
-
 def _move_control_edges(g: GraphIndex, old: str, new_ref: str) -> None:
     """Control dependents of ``old`` now depend on the node producing ``new_ref``."""
     new_node = parse_input(new_ref)[0]
@@ -557,41 +508,3 @@ def _remove_dead(g: GraphIndex, names: Iterable[str], protected: set[str]) -> No
 
 #: Producers never deleted as dead code (graph inputs).
 _NEVER_DEAD = frozenset({"Placeholder", "PlaceholderWithDefault"})
-
-
-def tensor_shape(g: GraphIndex, ref: str) -> tuple[int | None, ...] | None:
-    """The static shape of tensor ``ref`` from TensorFlow's shape inference, or None if unknown.
-
-    Computed for the whole graph at once (one ``import_graph_def``) and cached on the index; the
-    cache is rebuilt only when the graph changed since, so a sweep stays linear.
-    """
-    name, idx, _ = parse_input(ref)
-    stamp = (len(g.nodes), len(getattr(g, "_order", ())))
-    cache = getattr(g, "_rewriter_shapes", None)
-    if cache is None or (name not in cache and cache.get("__stamp__") != stamp):
-        cache = _infer_shapes(g)
-        cache["__stamp__"] = stamp
-        g._rewriter_shapes = cache  # type: ignore[attr-defined]
-    shapes = cache.get(name)
-    if shapes is None or idx >= len(shapes):
-        return None
-    return shapes[idx]
-
-
-def _infer_shapes(g: GraphIndex) -> dict:
-    import tensorflow as tf
-
-    out: dict = {}
-    graph = tf.Graph()
-    try:
-        with graph.as_default():
-            tf.compat.v1.import_graph_def(g.to_graph_def(), name="")
-    except Exception:  # an unimportable graph has no shapes to offer
-        return out
-    for op in graph.get_operations():
-        shapes = []
-        for t in op.outputs:
-            dims = t.shape.as_list() if t.shape.rank is not None else None
-            shapes.append(tuple(dims) if dims is not None else None)
-        out[op.name] = shapes
-    return out

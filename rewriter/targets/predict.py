@@ -29,6 +29,7 @@ def graph_facts(model: Model, target: Target, quantize: str) -> list[OpFacts]:
     preceding conv) get one fact with ``op == ""`` and a note saying why.
     """
     from rewriter.graph import GraphIndex
+    from rewriter.loops import loop_members
     from rewriter.model import PLUMBING_OPS
 
     index = GraphIndex(model.graph_def)
@@ -39,9 +40,14 @@ def graph_facts(model: Model, target: Target, quantize: str) -> list[OpFacts]:
     fused = _converter_fusions(index, consts) if tflite else {}
     if tflite:
         fused.update(_l2norm_fusions(index, consts, shapes))
+    in_loops = loop_members(index)  # a while loop is one op to the converter: WHILE
     out: list[OpFacts] = []
     for node in index.topological_order():
         if node.op in PLUMBING_OPS or node.op == "Const" or node.name in consts:
+            continue
+        if node.name in in_loops:
+            if node.op == "LoopCond":
+                out.extend(_loop_facts(node.name, target, quantize))
             continue
         if node.name in folded:
             out.append(OpFacts(node.name, "", source_op=node.op,
@@ -76,6 +82,20 @@ def graph_facts(model: Model, target: Target, quantize: str) -> list[OpFacts]:
             f.note = float_note(t, quantize, target.artifact)
             out.append(f)
     return out
+
+
+def _loop_facts(node: str, target: Target, quantize: str) -> list[OpFacts]:
+    """The facts of one while loop (named by its LoopCond): the converter's lowering of
+    ``While``, or a Flex op when the target kind has none."""
+    lowered = target.lower("While")
+    if lowered is None:
+        return [OpFacts(node, "FlexWhile" if target.artifact == "tflite" else "While",
+                        source_op="While", custom=target.artifact == "tflite")]
+    note = ("the TFLite converter cannot quantize a loop: TF 2.21's int8 calibration crashes "
+            "on WHILE" if quantize == "int8" and target.artifact == "tflite" else None)
+    return [OpFacts(node, t, source_op="While", note=note,
+                    dtype=tf_level_dtype(t, "float32", quantize, target.artifact))
+            for t in lowered]
 
 
 def _const_input(node: Any, consts: set[str], i: int) -> bool:

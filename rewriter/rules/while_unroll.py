@@ -1,0 +1,169 @@
+"""while(cond) body  ->  body; body; ...; body (trip count times), exact.
+
+A while loop with a static trip count computes the same values as its body repeated that many
+times, each copy reading the previous one's loop variables: the same ops on the same numbers.
+Keras RNN layers (LSTM, GRU, SimpleRNN, ``Bidirectional``, stacked, ``return_sequences``) freeze
+into such loops (lowered TF1 control flow with TensorLists) when the sequence length is static;
+no edge target runs the loop itself (TFLite ``WHILE`` is not on the Edge TPU, Ethos-U or in
+most TFLite Micro builds, and the int8 calibrator crashes on it), while every one runs the body's
+FULLY_CONNECTED, LOGISTIC, TANH, MUL and ADD. The rule is what ``LSTM(unroll=True)`` does, done
+on the frozen graph, with the weights carried across unchanged.
+
+Reading element ``t`` of the input sequence becomes a ``StridedSlice`` of the model's input at
+step ``t`` (through the layer's Transpose/ReverseV2, so ``go_backwards`` reads the reversed
+step); the collected outputs become a ``Pack``. Counters and indices are folded to constants.
+Refused, with the reason: a trip count that depends on the data (a dynamic sequence length),
+nested loops, conditionals or stateful ops in the body, TF1 TensorArray loops.
+"""
+
+from __future__ import annotations
+
+from rewriter.graph import GraphIndex, NodeDef, parse_input, tensor_ref
+from rewriter.loops import FUNCTIONAL_LOOP_OPS, LOOP_OPS, Loop, loop_at
+from rewriter.rules._unroll import (
+    LIST_OPS,
+    MAX_UNROLLED_NODES,
+    TList,
+    Unroller,
+    UnrollError,
+    _needed_body,
+    trip_count,
+)
+from rewriter.rules.base import Builder, Match, Reject, Rule
+
+#: Ops a list-typed loop result may feed outside the loop.
+_LIST_READERS = frozenset({"TensorListStack", "TensorListGetItem", "TensorListLength"})
+
+
+class WhileUnroll(Rule):
+    """while(cond) body -> body repeated trip-count times (static trip count), exact."""
+
+    name = "while_unroll"
+    anchors = frozenset({"LoopCond"})
+    fixes = LOOP_OPS | LIST_OPS | FUNCTIONAL_LOOP_OPS
+    emits = frozenset({"StridedSlice", "Pack"})
+    exact = True
+    family = "while_loop"
+    order = 5  # before the rules for the ops of the body, which then see every copy
+
+    def pattern(self, g: GraphIndex, node: NodeDef) -> Match | Reject | None:
+        loop = loop_at(g, node)
+        if loop.problem:
+            return Reject(f"while loop {loop.frame!r}: {loop.problem}", node.name)
+        inside = set(loop.nodes)
+        nodes = [g[n] for n in loop.nodes]
+        extra_nodes, outputs = _boundary(g, loop, inside)
+        if isinstance(extra_nodes, Reject):
+            return extra_nodes
+        return Match(root=node, nodes=nodes + extra_nodes, outputs=outputs,
+                     extra={"loop": loop})
+
+    def check(self, g: GraphIndex, m: Match) -> Reject | None:
+        loop: Loop = m.extra["loop"]
+        try:
+            count = trip_count(g, loop)
+            body = _needed_body(g, loop)
+        except UnrollError as exc:
+            return Reject(f"while loop {loop.frame!r} cannot be unrolled: {exc}", m.root.name)
+        if count * len(body) > MAX_UNROLLED_NODES:
+            return Reject(f"while loop {loop.frame!r}: {count} iterations of {len(body)} nodes "
+                          f"would exceed {MAX_UNROLLED_NODES} nodes", m.root.name)
+        m.extra["count"] = count
+        return None
+
+    def rewrite(self, g: GraphIndex, m: Match, b: Builder) -> dict[str, str]:
+        loop: Loop = m.extra["loop"]
+        b.scope = loop.frame
+        unroller = Unroller(g, loop, b)
+        try:
+            state = unroller.run(m.extra["count"])
+            results = _results(g, loop, unroller, state, m.outputs)
+        except UnrollError as exc:  # check() ran the same analysis; this is a bug
+            raise ValueError(f"unrolling {loop.frame}: {exc}") from exc
+        unroller.finish(results)
+        return results
+
+
+def _boundary(g: GraphIndex, loop: Loop, inside: set[str]
+              ) -> tuple[list[NodeDef] | Reject, list[str]]:
+    """Nodes around the frame that go with it (list producers and readers, the loop's control
+    NoOps) and the tensors that nodes outside read: (extra nodes, outputs)."""
+    extra: list[NodeDef] = []
+    outputs: list[str] = []
+    for var in loop.variables:
+        producer = g.producer(var.init)
+        if (producer is not None and producer.op in ("TensorListFromTensor", "TensorListReserve")
+                and all(c.name in inside for c in g.consumers(producer.name))):
+            extra.append(producer)
+        if var.exit is None:
+            continue
+        for user in g.consumers(var.exit):
+            reads = [r for r in user.input if parse_input(r)[0] == var.exit]
+            if all(r.startswith("^") for r in reads):
+                continue
+            if _is_list(g, var.init):
+                if user.op not in _LIST_READERS:
+                    return Reject(f"the list result {var.exit} of while loop {loop.frame!r} is "
+                                  f"read by {user.op} {user.name}", var.exit), []
+                extra.append(user)
+                outputs.append(tensor_ref(user.name, 0))
+            else:
+                outputs.append(f"{var.exit}:0")
+    names = {n.name for n in extra} | inside | {v.exit for v in loop.variables if v.exit}
+    for node in _control_noops(g, loop, names):
+        extra.append(node)
+    exits = [g[v.exit] for v in loop.variables if v.exit]
+    return extra + exits, list(dict.fromkeys(outputs))
+
+
+def _control_noops(g: GraphIndex, loop: Loop, names: set[str]) -> list[NodeDef]:
+    """NoOps that only order the loop (``LoopControlInputs``, ``LoopExecuted``)."""
+    out = []
+    seen: set[str] = set()
+    for name in list(names):
+        node = g[name]
+        near = [g.nodes.get(parse_input(r)[0]) for r in node.input] + g.consumers(name)
+        for other in near:
+            if (other is None or other.op != "NoOp" or other.name in names
+                    or other.name in seen):
+                continue
+            ins = {parse_input(r)[0] for r in other.input}
+            users = g.consumers(other.name)
+            if ins <= names or (users and all(u.name in names for u in users)):
+                seen.add(other.name)
+                out.append(other)
+    return out
+
+
+def _is_list(g: GraphIndex, ref: str) -> bool:
+    node = g.producer(ref)
+    return node is not None and node.op in ("TensorListFromTensor", "TensorListReserve")
+
+
+def _results(g: GraphIndex, loop: Loop, unroller: Unroller, state: dict,
+             outputs: list[str]) -> dict[str, str]:
+    """The replacement of every tensor read outside the loop."""
+    by_exit = {f"{v.exit}:0": v for v in loop.variables if v.exit}
+    out: dict[str, str] = {}
+    for ref in outputs:
+        name, idx, _ = parse_input(ref)
+        key = f"{name}:{idx}"
+        if key in by_exit:
+            out[key] = unroller.tensor(state[by_exit[key].merge])
+            continue
+        reader = g[name]  # a list reader after the loop
+        var = next(v for v in loop.variables if v.exit == parse_input(reader.input[0])[0])
+        lst = state[var.merge]
+        if not isinstance(lst, TList):
+            raise UnrollError(f"{reader.name} reads a loop result that is not a list")
+        if reader.op == "TensorListStack":
+            out[key] = unroller.stack(lst)
+        elif reader.op == "TensorListLength":
+            out[key] = unroller.tensor(lst.length)
+        else:
+            index = unroller.initial(reader.input[1])
+            out[key] = unroller.item(lst, int(index))
+    return out
+
+
+RULES = (WhileUnroll(),)
