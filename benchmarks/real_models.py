@@ -302,14 +302,15 @@ def baseline_accuracy(path: str, case: Case) -> dict[str, float]:
     the original Keras model in float, on the verification data."""
     import keras
 
-    from rewriter.verify.runners import LiteRTRunner, OnnxRunner
+    from rewriter.stages import run_samples
+    from rewriter.verify.factory import artifact_runner
 
     data = np.load(case.data)
     ref = np.asarray(keras.models.load_model(case.path, compile=False)(data, training=False))
-    runner = OnnxRunner(path) if path.endswith(".onnx") else LiteRTRunner(path)
+    runner = artifact_runner(path)
     name = runner.inputs[0].name
-    outs = [next(iter(runner.run({name: x[None]}).values())) for x in data]
-    got = np.concatenate([np.asarray(o, dtype=np.float64).reshape(1, -1) for o in outs])
+    outs = next(iter(run_samples(runner, [{name: x[None]} for x in data]).values()))
+    got = np.asarray(outs, dtype=np.float64).reshape(len(data), -1)
     ref = ref.reshape(len(data), -1).astype(np.float64)
     cos = float((ref * got).sum() / (np.linalg.norm(ref) * np.linalg.norm(got) + 1e-30))
     rel = float(np.abs(ref - got).max() / (np.abs(ref).max() + 1e-30))
@@ -317,23 +318,24 @@ def baseline_accuracy(path: str, case: Case) -> dict[str, float]:
 
 
 def judge_baseline(path: str, target_name: str, outdir: Path) -> dict[str, Any]:
-    """The baseline file judged like the job judges its artifact: op table, cut, Vela."""
+    """The baseline file judged like the job judges its artifact (the same stages): op table,
+    cut, Vela. As in the job, Vela's placement decides the unsupported ops for Ethos-U."""
     from rewriter.artifact import read_artifact
+    from rewriter.stages import check_artifact, vela_stage
     from rewriter.targets import load_target
 
     target = load_target(target_name)
-    check = target.check_artifact(path)
+    verdict = vela_stage(check_artifact(target, path), target, path,
+                         outdir / f"vela_{target_name}")
+    check = verdict.check
     mapped, total = check.on_accelerator()
     res: dict[str, Any] = {
         "ops": len(read_artifact(path).ops), "ops_on_accelerator": mapped, "ops_counted": total,
         "unsupported": [{k: u[k] for k in ("op", "count", "reason")}
                         for u in check.unsupported_summary()],
         "cut": check.cut, "float_ops": _float_ops(path)}
-    if getattr(target, "vela_config", None):
-        from rewriter.vela import run_vela
-
-        vela = run_vela(path, target.vela_config, outdir / f"vela_{target_name}")
-        res["vela"] = _vela_brief(vela.to_json())
+    if verdict.vela is not None:
+        res["vela"] = _vela_brief(verdict.vela.to_json())
     return res
 
 

@@ -261,6 +261,15 @@ class Plan:
     def empty(self) -> bool:
         return not self.rules
 
+    def rules_by_op(self) -> dict[str, str]:
+        """TF op -> the rules that fixed it (comma-separated, in the order they ran)."""
+        names: dict[str, list[str]] = {}
+        for f in self.fixes:
+            for rule in (f["rule"], *f.get("also", [])):
+                if rule not in names.setdefault(f["op"], []):
+                    names[f["op"]].append(rule)
+        return {op: ", ".join(rules) for op, rules in names.items()}
+
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target, "quantize": self.quantize, "exact_only": self.exact_only,
                 "rules": list(self.rules), "fixes": self.fixes, "unfixable": self.unfixable}

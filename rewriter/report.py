@@ -1,22 +1,163 @@
 """Reports of a job: ``report.json`` for pipelines and ``report.md`` for people.
 
-The JSON schema is documented in the README ("report.json"); the Markdown is rendered from the
-same dict, so the two cannot disagree.
+:func:`build_report` builds the ``report.json`` dict once, at the end of the job, from the
+stages' typed results (:class:`rewriter.pipeline.Job`). The JSON schema is documented in the
+README ("report.json"); the Markdown is rendered from the same dict, so the two cannot disagree.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewriter.fsutil import atomic_write_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rewriter.passes import Plan
+    from rewriter.pipeline import Attempt, Job
+    from rewriter.stages import Deployment
+    from rewriter.targets import Target
+    from rewriter.verify.metrics import Comparison
 
 SCHEMA_VERSION = 1
 
 #: Titles of the equivalence stages in report.md.
 STAGE_TITLES = {"rewritten_tf": "Rewritten TF graph vs original",
                 "artifact": "Exported artifact vs original"}
+
+
+def build_report(job: Job) -> dict[str, Any]:
+    """``report.json`` of a finished job, from its stages' results."""
+    model, target, attempt = job.model, job.target, job.attempt
+    report: dict[str, Any] = {
+        "ok": job.ok, "target": target.name, "input": model.source.path,
+        "format": model.source.format, "quantize": job.quantize,
+        "artifact_format": target.artifact, "signature": model.signature_json(),
+        "notes": list(model.source.notes), "warnings": job.warnings, "timings": job.timings,
+        "placement_before": job.before.placement(), "data": job.data.to_json()}
+    if job.retry is not None:
+        report["retry"] = job.retry.to_json()
+    why = unfixable_why(attempt.plan, target)
+    report["unsupported_before"] = with_fixes(job.before.unsupported_summary(),
+                                              attempt.plan.rules_by_op(), why)
+    report.update(_attempt_report(attempt, why))
+    report["summary"] = summary(report, attempt, job.data.verification.synthetic)
+    return report
+
+
+def _attempt_report(attempt: Attempt, why: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "plan": attempt.plan.to_json(),
+        "rules_applied": rules_summary(attempt.rewrite.applied),
+        "rejected_matches": attempt.rewrite.rejected[:50],
+        "unsupported_rewritten_graph": with_fixes(attempt.graph_after.unsupported_summary(),
+                                                  {}, why),
+        "equivalence": {"rewritten_tf": attempt.tf.to_json()},
+        "plots": attempt.diagnostics.to_json()}
+    if attempt.artifact is not None:
+        out["equivalence"]["artifact"] = attempt.artifact.to_json()
+    out.update(_deployment_report(attempt.deployment, why))
+    if attempt.int8_layers is not None:
+        out["int8_layers"] = attempt.int8_layers.to_json()
+    return out
+
+
+def _deployment_report(deployment: Deployment, why: dict[str, str]) -> dict[str, Any]:
+    exported, verdict = deployment.exported, deployment.verdict
+    out: dict[str, Any] = {"export": exported.to_json()}
+    if exported.result is None or verdict is None:
+        error = exported.error
+        out["unsupported_after"] = [{"op": op, "count": 1, "reason": str(error), "fix": None}
+                                    for op in ((error.ops if error else None) or ["?"])]
+        out["artifact_ops"] = []
+        return out
+    out["artifact_ops"] = list(exported.result.ops)
+    vela = verdict.vela_json()
+    if vela is not None:
+        out["vela"] = vela
+    out["unsupported_after"] = with_fixes(verdict.check.unsupported_summary(), {}, why)
+    out["placement_after"] = verdict.check.placement()
+    return out
+
+
+def with_fixes(items: list[dict[str, Any]], planned: dict[str, str],
+               why: dict[str, str]) -> list[dict[str, Any]]:
+    """Unsupported-op groups with ``fix`` (the rule that fixed the op on this target, from
+    ``planned``) or, for ops no rule could fix, ``fix: null`` and ``why`` (from the plan)."""
+    out = []
+    for item in items:
+        item = {k: v for k, v in item.items() if k != "nodes"} | {
+            "nodes": item.get("nodes", [])[:20]}
+        item["fix"] = planned.get(item["op"])
+        if item["fix"] is None and item["op"] in why:
+            item["why"] = why[item["op"]]
+        out.append(item)
+    return out
+
+
+def unfixable_why(the_plan: Plan, target: Target) -> dict[str, str]:
+    """Why no rule fixed an op, keyed by TF op and by the target ops it becomes."""
+    why: dict[str, str] = {}
+    for u in the_plan.unfixable:
+        text = u.get("why") or "no rule fits this target"
+        why[u["op"]] = text
+        for target_op in target.lower(u["op"]) or ():
+            why.setdefault(target_op, f"{u['op']}: {text}")
+    return why
+
+
+def rules_summary(applied: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per rule: matches, nodes replaced/created, and its exactness statement."""
+    by_rule: dict[str, dict[str, Any]] = {}
+    for a in applied:
+        entry = by_rule.setdefault(a["rule"], {
+            "rule": a["rule"], "count": 0, "exact": a["exact"], "bound": a["bound"],
+            "exactness": "exact" if a["exact"] else bound_text(a["bound"]),
+            "roots": [], "nodes": [], "created": []})
+        entry["count"] += 1
+        entry["roots"].append(a["root"])
+        entry["nodes"].extend(a["nodes"])
+        entry["created"].extend(a["created"])
+    return list(by_rule.values())
+
+
+def bound_text(bound: dict[str, Any] | None) -> str:
+    if not bound:
+        return "approximate"
+    rng = bound.get("input_range")
+    where = "for all x" if not rng or None in rng else f"for x in [{rng[0]:g}, {rng[1]:g}]"
+    return f"max abs error {bound['max_abs_error']:.2g} {where}"
+
+
+def summary(report: dict[str, Any], attempt: Attempt, synthetic: bool) -> str:
+    """The one-line verdict the CLI prints and report.md opens with."""
+    parts = []
+    before = report.get("unsupported_before") or []
+    after = report.get("unsupported_after")
+    parts.append(f"{sum(u['count'] for u in before)} unsupported op(s) before rewriting"
+                 f" ({', '.join(sorted({u['op'] for u in before})) or 'none'})")
+    parts.append(f"{len(attempt.rewrite.applied)} rewrite(s) applied")
+    if after is not None:
+        parts.append(f"{sum(u['count'] for u in after)} unsupported op(s) in the artifact")
+    vela = attempt.deployment.verdict.vela if attempt.deployment.verdict else None
+    if vela is not None:
+        parts.append(f"Vela: {vela.npu_ops} NPU / {vela.cpu_ops} CPU operators")
+    parts.append(f"rewritten TF graph {'matches' if attempt.tf.ok else 'DOES NOT match'}"
+                 + _nonfinite(attempt.tf, "rewritten graph"))
+    if attempt.artifact is not None:
+        art = attempt.artifact.comparison
+        worst = min((o.cosine for o in art.outputs), default=1.0)
+        parts.append(f"artifact {'matches' if art.ok else 'DOES NOT match'} "
+                     f"(min cosine {worst:.5f})" + _nonfinite(art, "artifact"))
+    if synthetic:
+        parts.append("verified on SYNTHETIC data only (give --data or --calibration)")
+    return "; ".join(parts) + "."
+
+
+def _nonfinite(cmp: Comparison, who: str) -> str:
+    text = cmp.nonfinite_text("original", who)
+    return f" [NaN/Inf: {text}]" if text else ""
 
 
 def write_reports(outdir: Path, report: dict[str, Any]) -> list[Path]:

@@ -4,7 +4,7 @@ artifact."""
 from __future__ import annotations
 
 from rewriter.passes import Plan, choose_rules
-from rewriter.pipeline import _retry_exclusions
+from rewriter.pipeline import plan_retry
 from rewriter.targets import load_target
 
 
@@ -14,27 +14,25 @@ def _plan(rule: str) -> Plan:
                   "also": [], "exact": True, "bound": None}], [])
 
 
-ELU_BACK = {"unsupported_after": [{"op": "ELU", "count": 3}]}
+ELU_BACK = {"ELU"}  # the artifact verdict's unsupported ops
 
 
 def test_retry_excludes_the_rule_whose_op_came_back_in_the_artifact():
     target = load_target("edgetpu")
-    retry = _retry_exclusions(_plan("elu_exact"), target, "int8", False, ELU_BACK)
-    assert retry is not None and retry["exclude"] == ["elu_exact"]
-    assert retry["because"] == ["ELU"]
+    retry = plan_retry(_plan("elu_exact"), target, "int8", False, ELU_BACK)
+    assert retry is not None and retry.exclude == ["elu_exact"]
+    assert retry.because == ["ELU"]
     # Planned again without it, Elu gets the next rule the Edge TPU runs (it has no EXP).
-    rules, _ = choose_rules("Elu", target, "int8", False, {}, set(retry["exclude"]))
+    rules, _ = choose_rules("Elu", target, "int8", False, {}, set(retry.exclude))
     assert [r.name for r in rules] == ["elu_no_exp"]
 
 
 def test_retry_needs_an_alternative_exact_only_refuses_the_approximate_one():
     target = load_target("edgetpu")
-    assert _retry_exclusions(_plan("elu_exact"), target, "int8", True, ELU_BACK) is None
+    assert plan_retry(_plan("elu_exact"), target, "int8", True, ELU_BACK) is None
 
 
 def test_no_retry_when_the_artifact_is_clean_or_unrelated():
     target = load_target("edgetpu")
-    assert _retry_exclusions(_plan("elu_exact"), target, "int8", False,
-                             {"unsupported_after": []}) is None
-    unrelated = {"unsupported_after": [{"op": "CUMSUM", "count": 1}]}
-    assert _retry_exclusions(_plan("elu_exact"), target, "int8", False, unrelated) is None
+    assert plan_retry(_plan("elu_exact"), target, "int8", False, set()) is None
+    assert plan_retry(_plan("elu_exact"), target, "int8", False, {"CUMSUM"}) is None

@@ -47,23 +47,13 @@ def _fix_for(op: str, prefer: str | None = None,
     """
     if planned is not None:
         return planned.get(op)
-    try:
-        from rewriter.passes import rule_for_op
-    except ImportError:
-        return None
-    if prefer:
-        try:
-            from rewriter.passes import rules_for_op
+    from rewriter.passes import rule_for_op, rules_for_op
 
-            named = [r.name for r in rules_for_op(op) if prefer in r.name]
-            if named:
-                return named[0]
-        except ImportError:
-            pass
-    rule = rule_for_op(op)
-    if rule is None:
-        return None
-    return getattr(rule, "name", None) or str(rule)
+    if prefer:
+        named = [r.name for r in rules_for_op(op) if prefer in r.name]
+        if named:
+            return named[0]
+    return rule_for_op(op)
 
 
 def run(args: argparse.Namespace, ui: Any) -> int:
@@ -85,14 +75,21 @@ def run(args: argparse.Namespace, ui: Any) -> int:
 
 def check_model(args: argparse.Namespace, target: Any, quantize: str, ui: Any) -> dict[str, Any]:
     """Run the levels that apply and assemble the result object (what ``--json`` prints)."""
+    from rewriter.stages import Steps, check_artifact, vela_stage
+
     path = Path(args.model)
     result: dict[str, Any] = {"target": target.name, "title": target.title,
                               "source": target.source, "input": str(path), "quantize": quantize,
                               "opset": target.opset, "graph": None, "artifact": None,
                               "vela": None, "vela_disagreements": [], "export_error": None}
+    steps = Steps(ui.step)
     if path.suffix in (".tflite", ".onnx") and path.is_file():
-        art = _check_artifact(target, str(path), args, ui, result)
-        return _decide(result, art, None)
+        verdict = check_artifact(target, path)
+        if target.vela_config and not getattr(args, "no_vela", False):
+            with steps("vela", f"running Vela ({target.vela_config})"):
+                verdict = vela_stage(verdict, target, path)
+        _add_verdict(result, verdict)
+        return _decide(result, True)
     from rewriter.commands._common import load_from_args
 
     with ui.step(f"loading {args.model}"):
@@ -101,59 +98,49 @@ def check_model(args: argparse.Namespace, target: Any, quantize: str, ui: Any) -
     planned = _planned_fixes(model, target, quantize)
     result["graph"] = _level_json(graph, planned)
     if args.graph_only:
-        return _decide(result, None, graph)
-    art = None
-    with tempfile.TemporaryDirectory(prefix="rewrite_check_") as tmp:
-        exported = _export(model, target, quantize, Path(tmp), ui, result)
-        if exported is not None:
-            art = _check_artifact(target, exported, args, ui, result, planned)
-    return _decide(result, art, graph)
+        return _decide(result, False)
+    deployment = _deploy(model, target, quantize, args, steps, result)
+    if deployment.exported.error is not None:
+        result["export_error"] = deployment.exported.error.to_json()
+    if deployment.verdict is not None:
+        _add_verdict(result, deployment.verdict, planned)
+    return _decide(result, deployment.verdict is not None)
 
 
 def _planned_fixes(model: Any, target: Any, quantize: str) -> dict[str, str]:
     """TF op -> the rule that fixed it when the model is planned and rewritten for the target
     (rewriting is quick; nothing is exported)."""
     from rewriter.passes import plan_and_apply
-    from rewriter.pipeline import fixes_by_op
 
     the_plan, _ = plan_and_apply(model, target, quantize)
-    return fixes_by_op(the_plan)
+    return the_plan.rules_by_op()
 
 
-def _export(model: Any, target: Any, quantize: str, tmp: Path, ui: Any,
-            result: dict[str, Any]) -> str | None:
-    from rewriter.export import ExportError
+def _deploy(model: Any, target: Any, quantize: str, args: argparse.Namespace, steps: Any,
+            result: dict[str, Any]) -> Any:
+    """Export to a temp dir, never next to the input, calibrated and with the I/O types as
+    ``rewrite run`` would (:func:`rewriter.stages.job_data`), and judge the file."""
+    from rewriter.stages import deploy, job_data
 
-    try:
-        if target.artifact == "onnx":
-            from rewriter.export.onnx import export_onnx
-
-            with ui.step(f"exporting ONNX (opset {target.opset})"):
-                res = export_onnx(model, tmp / "model.onnx", opset=target.opset)
-        else:
-            from rewriter.export.tflite import export_tflite
-
-            with ui.step(f"exporting TFLite ({quantize})"):
-                res = export_tflite(model, tmp / "model.tflite", quantize=quantize)
-    except ExportError as exc:
-        result["export_error"] = exc.to_json()
-        return None
-    result["export"] = {"format": res.format, "size": res.size, "warnings": list(res.warnings)}
-    return res.path
+    data = job_data(model, quantize)
+    with tempfile.TemporaryDirectory(prefix="rewrite_check_") as tmp:
+        deployment = deploy(model, target, quantize, Path(tmp) / f"model.{target.artifact}",
+                            steps, data.calibration_samples,
+                            vela=not getattr(args, "no_vela", False))
+    res = deployment.exported.result
+    if res is not None:
+        calibration = [data.calibration_warning] if quantize == "int8" else []
+        result["export"] = {"format": res.format, "size": res.size,
+                            "warnings": [*res.warnings, *filter(None, calibration)]}
+    return deployment
 
 
-def _check_artifact(target: Any, path: str, args: argparse.Namespace, ui: Any,
-                    result: dict[str, Any], planned: dict[str, str] | None = None) -> Any:
-    check = target.check_artifact(path)
-    if target.vela_config and not getattr(args, "no_vela", False):
-        from rewriter.vela import reconcile, run_vela
-
-        with ui.step(f"running Vela ({target.vela_config})"):
-            vela = run_vela(path, target.vela_config)
-        result["vela_disagreements"] = reconcile(check, vela)
-        result["vela"] = vela.to_json()
-    result["artifact"] = _level_json(check, planned)
-    return check
+def _add_verdict(result: dict[str, Any], verdict: Any,
+                 planned: dict[str, str] | None = None) -> None:
+    if verdict.vela is not None:
+        result["vela_disagreements"] = verdict.disagreements
+        result["vela"] = verdict.vela.to_json()
+    result["artifact"] = _level_json(verdict.check, planned)
 
 
 def _level_json(check: Any, planned: dict[str, str] | None = None) -> dict[str, Any]:
@@ -186,7 +173,7 @@ def _fix_for_target_op(entry: dict[str, Any],
     return None
 
 
-def _decide(result: dict[str, Any], art: Any, graph: Any) -> dict[str, Any]:
+def _decide(result: dict[str, Any], by_artifact: bool) -> dict[str, Any]:
     """The artifact decides; with no artifact (graph only, or export failed) the graph does."""
     if result.get("export_error"):
         err = result["export_error"]
@@ -200,8 +187,8 @@ def _decide(result: dict[str, Any], art: Any, graph: Any) -> dict[str, Any]:
         result["unsupported"] = unsupported
         result["cut"] = decided["cut"] if decided else None
         return result
-    decided = result["artifact"] if art is not None else result["graph"]
-    result["level"] = "artifact" if art is not None else "graph"
+    decided = result["artifact"] if by_artifact else result["graph"]
+    result["level"] = "artifact" if by_artifact else "graph"
     result["ok"] = bool(decided["ok"])
     result["unsupported"] = decided["unsupported"]
     result["cut"] = decided["cut"]

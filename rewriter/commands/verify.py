@@ -251,14 +251,12 @@ def job_of(reference: str, candidate: str) -> Any:
 
 
 def _run_both(ref: Any, cand: Any, samples: list[dict]) -> tuple[dict, dict, str]:
-    from rewriter.verify.metrics import stack_samples
+    """Both models on the samples; B's outputs keyed by A's names (and how they matched)."""
+    from rewriter.stages import run_samples
     from rewriter.verify.runners import match_names
 
-    ref_runs = ref.run_many(samples)
-    cand_runs = cand.run_many(samples)
-    mapping, how = match_names(ref.outputs, cand.outputs, "output")
-    cand_runs = [{n: run[mapping[n]] for n in ref.outputs} for run in cand_runs]
-    return stack_samples(ref_runs), stack_samples(cand_runs), how
+    _, how = match_names(ref.outputs, cand.outputs, "output")
+    return run_samples(ref, samples), run_samples(cand, samples, ref.outputs), how
 
 
 def _tolerances(items: list[str], flag: str, names: list[str]) -> dict[str, float] | None:

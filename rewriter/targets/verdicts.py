@@ -91,13 +91,17 @@ class GraphCheck:
             r["source_ops"] = sorted(r["source_ops"])
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def placement(self) -> dict[str, Any]:
+        """Ops on the accelerator out of all (folded-away nodes not counted), and the cut."""
         mapped, total = self.on_accelerator()
-        return {"target": self.target, "level": self.level, "ok": self.ok, "cut": self.cut,
-                "ops_total": total, "ops_on_accelerator": mapped,
+        return {"ops_total": total, "ops_on_accelerator": mapped,
                 "percent_on_accelerator": round(100.0 * mapped / total, 1) if total else 100.0,
-                "unsupported": self.unsupported_summary(), "notes": list(self.notes),
-                "verdicts": [v.to_json() for v in self.verdicts]}
+                "cut": self.cut}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"target": self.target, "level": self.level, "ok": self.ok, "cut": self.cut,
+                **self.placement(), "unsupported": self.unsupported_summary(),
+                "notes": list(self.notes), "verdicts": [v.to_json() for v in self.verdicts]}
 
 
 def _status_text(v: OpVerdict) -> str:
