@@ -26,7 +26,7 @@ VELA = [sys.executable, "-m", "ethosu.vela"]
 TIMEOUT_S = 600
 
 _COUNT = re.compile(r"^\s*(CPU|NPU) operators\s*=\s*(\d+)", re.M)
-_WARN = re.compile(r"Warning \(supported operators\) operator:\s*([A-Z0-9_]+)(?:,\s*ofm:\s*'([^']*)')?")
+_WARN = re.compile(r"Warning \(supported operators\) operator:\s*(None|[A-Z0-9_]+)(?:,\s*ofm:\s*'([^']*)')?")
 _REASON = re.compile(r"^\s*Reason:\s*(.+?)\s*$")
 
 
@@ -192,7 +192,8 @@ def reconcile(check: Any, result: VelaResult) -> list[dict[str, Any]]:
         if v.placement == "none" or v.target_op is None:
             continue
         ofm = v.node.split(" ", 1)[1] if " " in v.node else v.node
-        hit = on_cpu.get((v.target_op, ofm))
+        # Vela names ops its enum lacks (RFFT2D, COMPLEX_ABS) "None": match those by ofm
+        hit = on_cpu.get((v.target_op, ofm)) or on_cpu.get(("None", ofm))
         vela_npu = hit is None
         is_edge = v.supported and v.placement == "cpu"
         if is_edge:

@@ -68,3 +68,22 @@ def test_vela_failure_is_a_user_error(tmp_path):
 def test_verdict_json_roundtrip():
     v = OpVerdict("n", "Elu", "ELU", False, "r", "float32", "cpu")
     assert v.to_json()["placement"] == "cpu"
+
+
+def test_ops_vela_names_none_are_matched_by_their_ofm():
+    """Vela 5.2 prints ``operator: None`` for ops its enum lacks (RFFT2D, COMPLEX_ABS of an STFT
+    front end); they are CPU ops, never "Mapped"."""
+    from rewriter.targets import GraphCheck
+    from rewriter.vela import VelaResult
+
+    text = ("Warning (supported operators) operator: None, ofm: 'stft/rfft4'\n"
+            "Reason: Unsupported opType\n\nCPU operators = 1 (50%)\nNPU operators = 1 (50%)\n")
+    npu, cpu, ops = parse_stdout(text)
+    assert (npu, cpu) == (1, 1) and [(o.op, o.ofm) for o in ops] == [("None", "stft/rfft4")]
+    check = GraphCheck("ethos-u55-128", "artifact", [
+        OpVerdict("#3 stft/rfft4", "RFFT2D", "RFFT2D", True),
+        OpVerdict("#4 conv", "CONV_2D", "CONV_2D", True)], True)
+    disagreements = reconcile(check, VelaResult("ethos-u55-128", npu, cpu, ops, {}, 0.0))
+    assert check.ok is False and check.verdicts[0].placement == "cpu"
+    assert "Unsupported opType" in check.verdicts[0].reason
+    assert disagreements[0]["op"] == "RFFT2D" and disagreements[0]["vela"] == "cpu"

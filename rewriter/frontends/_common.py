@@ -53,7 +53,9 @@ def static_shape(name: str, shape: Sequence[int | None] | None, options: LoadOpt
 
 
 def check_shape_overrides(options: LoadOptions, input_names: Sequence[str]) -> None:
-    unknown = sorted(set(options.input_shapes) - set(input_names))
+    """``--input-shape`` may name the model's inputs and the tensors ``--inputs`` cuts at."""
+    cut = [n.split(":")[0] for n in options.inputs or []]
+    unknown = sorted(set(options.input_shapes) - set(input_names) - set(cut))
     if unknown:
         raise UserError(f"--input-shape names unknown input(s) {', '.join(unknown)}; "
                         f"the model's inputs are: {', '.join(input_names)}")

@@ -9,6 +9,7 @@ are refused unless ``--unsafe`` (:mod:`rewriter.frontends.safety`).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from rewriter.errors import UserError
@@ -18,6 +19,7 @@ from rewriter.frontends._common import (
     set_placeholder_shapes,
     static_shape,
 )
+from rewriter.frontends.cut import apply_cut
 from rewriter.frontends.options import LoadOptions
 from rewriter.frontends.safety import graph_findings, refuse
 from rewriter.graph import GraphDef, np_dtype
@@ -64,14 +66,18 @@ def model_from_graphdef(gd: GraphDef, path: str, fmt: str, options: LoadOptions,
                         notes: list[str] | None = None) -> Model:
     """Bind a frozen GraphDef to a signature from options or from its Placeholders and sinks."""
     notes = list(notes or [])
+    cut_options = options
     nodes = {n.name: n for n in gd.node}
     variables = [n.name for n in gd.node if n.op in _VARIABLE_OPS]
     if variables:
         raise UserError(f"{path}: graph is not frozen (it has variables, e.g. {variables[0]!r});"
                         " give the TF1 checkpoint prefix (with its .meta) instead")
-    if options.inputs:
+    placeholders = {n.name for n in gd.node if n.op == "Placeholder"}
+    cut = bool(options.inputs) and any(r.split(":")[0] not in placeholders
+                                       for r in options.inputs or [])
+    if options.inputs and not cut:
         in_names = options.inputs
-    else:
+    else:  # an --inputs tensor inside the graph: bind the Placeholders, then cut (frontends.cut)
         in_names = [n.name for n in gd.node if n.op == "Placeholder"]
         if not in_names:
             raise UserError(f"{path}: graph has no Placeholder; name its inputs with --inputs")
@@ -86,6 +92,9 @@ def model_from_graphdef(gd: GraphDef, path: str, fmt: str, options: LoadOptions,
             raise UserError(f"{path}: cannot tell the outputs ({len(sinks)} candidate sinks: "
                             f"{shown}); name them with --outputs")
     check_shape_overrides(options, [n.split(":")[0] for n in in_names])
+    if cut:
+        options = replace(options, input_shapes={k: v for k, v in options.input_shapes.items()
+                                                 if k in placeholders})
     inputs = []
     for ref in in_names:
         name = ref.split(":")[0]
@@ -108,7 +117,8 @@ def model_from_graphdef(gd: GraphDef, path: str, fmt: str, options: LoadOptions,
             raise UserError(f"{path}: --outputs names {name!r}, which is not a node of the graph")
         outputs.append(TensorSpec(name, _tensor(ref), (), "float32"))
     set_placeholder_shapes(gd, inputs)
-    return Model(gd, inputs, outputs, Source(path, fmt, notes))
+    model = Model(gd, inputs, outputs, Source(path, fmt, notes))
+    return apply_cut(model, replace(cut_options, outputs=None)) if cut else model
 
 
 def _tensor(ref: str) -> str:

@@ -20,6 +20,7 @@ from rewriter.frontends._common import (
     freeze_concrete_function,
     static_shape,
 )
+from rewriter.frontends.cut import apply_cut
 from rewriter.frontends.options import LoadOptions
 from rewriter.frontends.safety import UNSAFE_HINT, graph_findings, keras_file_findings, refuse
 from rewriter.model import Model, Source, TensorSpec
@@ -101,6 +102,11 @@ def _freeze_keras_model(model: Any, path: str, fmt: str, options: LoadOptions,
         specs.append(tf.TensorSpec(shape, tf.as_dtype(t.dtype), name=name))
 
     single = len(specs) == 1
+    n_out = len(model.outputs)
+    out_names = _output_names(model, n_out)
+    layers = _cut_layers(model, options, path)
+    if layers:  # trace the cut layers' outputs too, to find their tensors in the frozen graph
+        model = _with_extra_outputs(model, list(layers.values()), legacy)
 
     def call(*args: Any) -> Any:
         return model(args[0] if single else list(args), training=False)
@@ -108,12 +114,45 @@ def _freeze_keras_model(model: Any, path: str, fmt: str, options: LoadOptions,
     fn = tf.function(call, input_signature=specs).get_concrete_function()
     graph_def, frozen, norm_notes = freeze_concrete_function(fn)
     notes.extend(norm_notes)
-    out_names = _output_names(model, len(frozen.outputs))
     inputs = [TensorSpec(n, t.name, tuple(s.shape), s.dtype.name)
               for n, t, s in zip(names, frozen.inputs, specs)]
     outputs = [TensorSpec(n, t.name, tuple(_shape_list(t.shape) or ()), t.dtype.name)
-               for n, t in zip(out_names, frozen.outputs)]
-    return Model(graph_def, inputs, outputs, Source(path, fmt, notes))
+               for n, t in zip(out_names, frozen.outputs[:n_out])]
+    aliases = {name: t.name for name, t in zip(layers, frozen.outputs[n_out:])}
+    return apply_cut(Model(graph_def, inputs, outputs, Source(path, fmt, notes)), options,
+                     aliases)
+
+
+def _cut_layers(model: Any, options: LoadOptions, path: str) -> dict[str, Any]:
+    """The Keras layers that ``--inputs``/``--outputs`` name, with their output tensors."""
+    found: dict[str, Any] = {}
+    inputs = {_tensor_name(t, i) for i, t in enumerate(model.inputs)}
+    for name in (options.inputs or []) + (options.outputs or []):
+        if name in found or name in inputs:
+            continue
+        try:
+            layer = model.get_layer(name)
+        except ValueError:
+            continue  # not a layer: a graph tensor or node name, resolved after freezing
+        try:
+            out = layer.output
+        except (AttributeError, ValueError, RuntimeError) as exc:
+            raise UserError(f"{path}: layer {name!r} has no single output to cut at "
+                            f"({str(exc)[:120]}); name a graph tensor instead") from None
+        if isinstance(out, (list, tuple)):
+            raise UserError(f"{path}: layer {name!r} has {len(out)} outputs; name a graph "
+                            "tensor (node:i) instead")
+        found[name] = out
+    return found
+
+
+def _with_extra_outputs(model: Any, extra: list[Any], legacy: bool) -> Any:
+    """A functional model over the same layers whose outputs are the model's plus ``extra``."""
+    if legacy:
+        import tf_keras as k
+    else:
+        import keras as k
+    return k.Model(model.inputs, list(model.outputs) + extra)
 
 
 def _tensor_name(t: Any, i: int) -> str:

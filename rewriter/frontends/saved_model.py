@@ -19,6 +19,7 @@ from rewriter.frontends._common import (
     set_placeholder_shapes,
     static_shape,
 )
+from rewriter.frontends.cut import apply_cut
 from rewriter.frontends.options import LoadOptions
 from rewriter.frontends.safety import keras_metadata_notes, refuse, saved_model_findings
 from rewriter.model import Model, Source, TensorSpec
@@ -70,8 +71,8 @@ def load_saved_model(directory: str, options: LoadOptions) -> Model:
     flat = tf.nest.flatten(out_struct)
     outputs = [TensorSpec(n, t.name, tuple(_dims(s.shape) or ()), s.dtype.name)
                for n, t, s in zip(out_names, frozen.outputs, flat)]
-    return Model(graph_def, inputs, outputs,
-                 Source(str(Path(directory)), "saved_model", notes))
+    model = Model(graph_def, inputs, outputs, Source(str(Path(directory)), "saved_model", notes))
+    return apply_cut(model, options)
 
 
 def _dims(shape) -> list[int | None] | None:
