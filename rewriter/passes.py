@@ -5,6 +5,10 @@
 * :class:`PassManager` runs passes in an explicit order until nothing changes (bounded
   iterations), checks the graph after every pass (inputs resolve, no cycle, signature tensors
   still exist) and raises :class:`~rewriter.errors.RuleError` naming the failing pass and rule.
+* A :class:`Tracer` observes the one engine (onnxscript's ``MatchingTracer`` idea): it is told
+  before and after every pass, after every rule application and when a rule fails, and may end
+  the run with :class:`StopRewrite`. Per-rule checking (:mod:`rewriter.verify.per_rule`) is
+  such an observer, not a second engine.
 * :func:`plan` asks the target which op types it lacks and picks, for each, the best rule whose
   ``emits`` the target has (exact rules first; approximate ones only when no exact fits, and never
   with ``exact_only``). Ops that no rule can fix are reported in ``Plan.unfixable``.
@@ -23,8 +27,9 @@ from rewriter.model import PLUMBING_OPS, Model
 from rewriter.rules import all_rules, get_rule, rule_for_op, rules_for_op
 from rewriter.rules.base import Applied, Match, Reject, Rule
 
-__all__ = ["PassManager", "Plan", "RewriteResult", "RulePass", "apply", "apply_rules", "plan",
-           "rule_for_op", "rules_for_op", "supports_tf_op", "validate_graph"]
+__all__ = ["PassManager", "Plan", "RewriteResult", "RuleFailure", "RulePass", "StopRewrite",
+           "Tracer", "apply", "apply_rules", "plan", "rule_for_op", "rules_for_op",
+           "supports_tf_op", "validate_graph"]
 
 DEFAULT_MAX_ITERATIONS = 8
 
@@ -53,6 +58,7 @@ class RewriteResult:
     rejected: list[dict[str, str]]
     iterations: int
     passes: list[str]
+    stopped: bool = False  # a tracer ended the run early (StopRewrite)
 
     def rule_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -61,13 +67,48 @@ class RewriteResult:
         return counts
 
 
+# ----------------------------------------------------------------------------- tracing
+class RuleFailure(RuleError):
+    """A rule raised, or created a node reading a missing tensor: names the rule and node."""
+
+    def __init__(self, message: str, rule: str, node: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+        self.node = node
+
+
+class StopRewrite(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by a :class:`Tracer` hook to end the pass manager's run where it is."""
+
+
+class Tracer:
+    """Observes the pass engine; every hook does nothing unless overridden.
+
+    ``g`` is the graph being rewritten, in place: a tracer may read it (run it, validate it,
+    copy it) but must not change it. A hook may raise :class:`StopRewrite`.
+    """
+
+    def before_pass(self, g: GraphIndex, p: Pass) -> None:
+        """Before ``p`` sweeps the graph."""
+
+    def after_application(self, g: GraphIndex, p: Pass, rule: Rule, applied: Applied) -> None:
+        """After ``rule`` rewrote one match (``applied``) inside pass ``p``."""
+
+    def after_pass(self, g: GraphIndex, p: Pass, result: PassResult) -> None:
+        """After ``p`` swept the graph (``result.applied`` may be empty)."""
+
+    def rule_failed(self, g: GraphIndex, p: Pass, failure: RuleFailure) -> None:
+        """When a rule failed; the failure is raised after this hook unless it stops the run."""
+
+
 # ----------------------------------------------------------------------------- passes
 class Pass(Protocol):
-    """Anything with a ``name`` and ``run(g, protected) -> PassResult``."""
+    """Anything with a ``name`` and ``run(g, protected, tracer) -> PassResult``."""
 
     name: str
 
-    def run(self, g: GraphIndex, protected: set[str]) -> PassResult: ...
+    def run(self, g: GraphIndex, protected: set[str],
+            tracer: Tracer | None = None) -> PassResult: ...
 
 
 class RulePass:
@@ -81,7 +122,8 @@ class RulePass:
             for op in rule.anchors:
                 self._by_op.setdefault(op, []).append(rule)
 
-    def run(self, g: GraphIndex, protected: set[str]) -> PassResult:
+    def run(self, g: GraphIndex, protected: set[str],
+            tracer: Tracer | None = None) -> PassResult:
         result = PassResult(self.name)
         candidates = [n.name for n in g if n.op in self._by_op]
         for name in candidates:
@@ -93,7 +135,10 @@ class RulePass:
                 if isinstance(m, Reject):
                     result.rejected.append(m)
                 elif isinstance(m, Match):
-                    result.applied.append(_apply_one(g, rule, m, protected, self.name))
+                    applied = _apply_one(g, rule, m, protected, self.name)
+                    result.applied.append(applied)
+                    if tracer is not None:
+                        tracer.after_application(g, self, rule, applied)
                     break
         return result
 
@@ -111,13 +156,14 @@ def _apply_one(g: GraphIndex, rule: Rule, m: Match, protected: set[str],
     try:
         applied = rule.apply(g, m, protected)
     except Exception as exc:  # a rule bug: name it
-        raise RuleError(f"pass {pass_name}: rule {rule.name} failed on node {m.root.name}: "
-                        f"{type(exc).__name__}: {exc}") from exc
+        raise RuleFailure(f"pass {pass_name}: rule {rule.name} failed on node {m.root.name}: "
+                          f"{type(exc).__name__}: {exc}", rule.name, m.root.name) from exc
     for name in applied.created:
         for ref in g[name].input if name in g else ():
             if parse_input(ref)[0] not in g:
-                raise RuleError(f"pass {pass_name}: rule {rule.name} at {m.root.name} created "
-                                f"{name} reading missing tensor {ref}")
+                raise RuleFailure(f"pass {pass_name}: rule {rule.name} at {m.root.name} "
+                                  f"created {name} reading missing tensor {ref}", rule.name,
+                                  m.root.name)
     return applied
 
 
@@ -159,26 +205,32 @@ class PassManager:
         self.max_iterations = max_iterations
         self.import_with_tf = import_with_tf
 
-    def run(self, model: Model) -> RewriteResult:
+    def run(self, model: Model, tracer: Tracer | None = None) -> RewriteResult:
+        """Rewrite ``model`` (never modified); ``tracer`` observes every pass and application
+        and may end the run early (the result then says ``stopped``)."""
         g = GraphIndex(model.graph_def)
         protected = {s.node for s in list(model.inputs) + list(model.outputs)}
         applied: list[Applied] = []
         rejected: dict[tuple[str, str], Reject] = {}
         done: list[str] = []
-        iteration, changed = 0, False
-        while iteration < self.max_iterations:
-            iteration += 1
-            changed = False
-            for p in self.passes:
-                res = p.run(g, protected)
-                if res.modified:  # an unchanged graph was valid already
-                    self._validate(g, model, p, res, done)
-                done.append(p.name)
-                applied.extend(res.applied)
-                rejected.update({(r.rule, r.node): r for r in res.rejected})
-                changed = changed or res.modified
-            if not changed:
-                break
+        iteration, changed, stopped = 0, False, False
+        try:
+            while iteration < self.max_iterations:
+                iteration += 1
+                changed = False
+                for p in self.passes:
+                    res = self._run_pass(g, p, protected, tracer, applied)
+                    if res.modified:  # an unchanged graph was valid already
+                        self._validate(g, model, p, res, done)
+                    done.append(p.name)
+                    rejected.update({(r.rule, r.node): r for r in res.rejected})
+                    changed = changed or res.modified
+                    if tracer is not None:
+                        tracer.after_pass(g, p, res)
+                if not changed:
+                    break
+        except StopRewrite:
+            stopped, changed = True, False
         if changed:
             raise RuleError(f"passes still changing the graph after {self.max_iterations} "
                             f"iterations: {', '.join(p.name for p in self.passes)}")
@@ -187,7 +239,23 @@ class PassManager:
         still = [r.to_json() for r in rejected.values()
                  if r.node in g and r.node not in replaced]
         return RewriteResult(new_model, [a.to_json() for a in applied], still, iteration,
-                             [p.name for p in self.passes])
+                             [p.name for p in self.passes], stopped)
+
+    @staticmethod
+    def _run_pass(g: GraphIndex, p: Pass, protected: set[str], tracer: Tracer | None,
+                  applied: list[Applied]) -> PassResult:
+        """One sweep of ``p``; its applications are added to ``applied`` as they happen (so a
+        tracer that stops the run mid-pass leaves them counted)."""
+        if tracer is None:
+            res = p.run(g, protected)
+            applied.extend(res.applied)
+            return res
+        tracer.before_pass(g, p)
+        try:
+            return p.run(g, protected, _Recording(tracer, applied))
+        except RuleFailure as failure:
+            tracer.rule_failed(g, p, failure)
+            raise
 
     def _validate(self, g: GraphIndex, model: Model, p: Pass, res: PassResult,
                   done: list[str]) -> None:
@@ -198,6 +266,18 @@ class PassManager:
         before = ", ".join(done[-5:]) or "none"
         raise RuleError(f"pass {p.name} left an invalid graph ({err}); rules applied in it: "
                         f"{', '.join(rules)}; passes before it: {before}")
+
+
+class _Recording(Tracer):
+    """Passes each application to ``tracer`` after recording it in ``applied``."""
+
+    def __init__(self, tracer: Tracer, applied: list[Applied]) -> None:
+        self.tracer = tracer
+        self.applied = applied
+
+    def after_application(self, g: GraphIndex, p: Pass, rule: Rule, applied: Applied) -> None:
+        self.applied.append(applied)
+        self.tracer.after_application(g, p, rule, applied)
 
 
 def _note(applied: list[Applied]) -> str | None:

@@ -14,6 +14,8 @@ from rewriter.errors import RuleError
 from rewriter.passes import (
     PassManager,
     RulePass,
+    StopRewrite,
+    Tracer,
     apply,
     apply_rules,
     plan,
@@ -153,6 +155,47 @@ def test_passes_reach_a_fixed_point_and_tf_can_import_the_result():
                          ).run(conv_bn_elu_chain(3))
     assert result.iterations == 2  # one that changes, one that confirms nothing is left
     assert result.rule_counts() == {"batchnorm_fold_into_conv": 3, "elu_exact": 3}
+
+
+class _Log(Tracer):
+    """Records every hook the engine calls, in order."""
+
+    def __init__(self, stop_after: int | None = None):
+        self.events, self.stop_after = [], stop_after
+
+    def before_pass(self, g, p):
+        self.events.append(("before", p.name))
+
+    def after_application(self, g, p, rule, applied):
+        self.events.append(("applied", rule.name, applied.root))
+        if self.stop_after == sum(e[0] == "applied" for e in self.events):
+            raise StopRewrite
+
+    def after_pass(self, g, p, result):
+        self.events.append(("after", p.name, len(result.applied)))
+
+
+def test_a_tracer_sees_every_pass_and_application_of_the_one_engine():
+    passes = [RulePass([get_rule("batchnorm_fold_into_conv")]), RulePass([get_rule("elu_exact")])]
+    log = _Log()
+    result = PassManager(passes).run(conv_bn_elu_chain(2), log)
+    assert log.events[:4] == [("before", "batchnorm_fold_into_conv"),
+                              ("applied", "batchnorm_fold_into_conv", log.events[1][2]),
+                              ("applied", "batchnorm_fold_into_conv", log.events[2][2]),
+                              ("after", "batchnorm_fold_into_conv", 2)]
+    assert [e for e in log.events if e[0] == "after"] == [
+        ("after", "batchnorm_fold_into_conv", 2), ("after", "elu_exact", 2),
+        ("after", "batchnorm_fold_into_conv", 0), ("after", "elu_exact", 0)]
+    assert not result.stopped and result.rule_counts() == {"batchnorm_fold_into_conv": 2,
+                                                           "elu_exact": 2}
+
+
+def test_a_tracer_can_stop_the_run_and_what_was_applied_is_kept():
+    passes = [RulePass([get_rule("batchnorm_fold_into_conv")]), RulePass([get_rule("elu_exact")])]
+    result = PassManager(passes).run(conv_bn_elu_chain(2), _Log(stop_after=3))
+    assert result.stopped and result.rule_counts() == {"batchnorm_fold_into_conv": 2,
+                                                       "elu_exact": 1}
+    assert op_types(result.model)["Elu"] == 1
 
 
 def test_chain_rewrite_is_exact_against_the_original():

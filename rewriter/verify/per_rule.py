@@ -1,12 +1,12 @@
-"""Per-rule checking: apply a plan's rules one at a time and compare outputs after each.
+"""Per-rule checking: an observer on the pass engine that compares outputs as rules apply.
 
-:func:`check_each_rule` replays what :func:`rewriter.passes.apply_rules` does (one pass per rule,
-in plan order, repeated until nothing changes), but through the public rule API
-(``Rule.match`` / ``Rule.apply`` on one :class:`~rewriter.graph.GraphIndex`) so it can stop
-between applications. With ``granularity="rule"`` (default) the outputs are compared after each
-rule's pass; when one fails, that pass is replayed from the graph before it one application at a
-time, so the report names the rule *and* the node (root) it rewrote. ``granularity="application"``
-compares after every application.
+:func:`check_each_rule` runs the rules through the one :class:`~rewriter.passes.PassManager`
+(one :class:`~rewriter.passes.RulePass` per rule, in plan order, repeated until nothing changes,
+as :func:`rewriter.passes.apply_rules` does) with a :class:`RuleChecker` tracing it. With
+``granularity="rule"`` (default) the outputs are compared after each pass that changed the
+graph; when one fails, the same ``RulePass`` sweeps again from the graph before it with the
+checker comparing after every application, so the report names the rule *and* the node (root)
+it rewrote. ``granularity="application"`` compares after every application.
 
 Tolerances are the job's (:class:`~rewriter.verify.tolerance.TolerancePolicy`), after the
 applications made so far. A rule that raises or leaves an invalid graph is a failed check too.
@@ -23,12 +23,21 @@ import numpy as np
 
 from rewriter.graph import GraphIndex
 from rewriter.model import Model
-from rewriter.rules.base import Applied, Match, Rule
+from rewriter.passes import (
+    DEFAULT_MAX_ITERATIONS,
+    Pass,
+    PassManager,
+    PassResult,
+    RuleFailure,
+    RulePass,
+    StopRewrite,
+    Tracer,
+    validate_graph,
+)
+from rewriter.rules.base import Applied, Rule
 from rewriter.verify.tolerance import DEFAULT_POLICY, TolerancePolicy
 
-__all__ = ["RuleCheck", "check_each_rule", "first_failure"]
-
-DEFAULT_MAX_ITERATIONS = 8
+__all__ = ["RuleCheck", "RuleChecker", "check_each_rule", "first_failure"]
 
 Samples = Sequence[Mapping[str, np.ndarray]]
 
@@ -87,55 +96,88 @@ def first_failure(checks: Iterable[RuleCheck]) -> RuleCheck | None:
     return (single or failing or [None])[0]
 
 
-# ------------------------------------------------------------------------- the stepping engine
-class _Stepper:
-    """Holds the graph being rewritten, the reference outputs and everything applied so far."""
+# ------------------------------------------------------------------------- the observer
+class RuleChecker(Tracer):
+    """Compares the graph's outputs with the original's while the pass manager rewrites it.
 
-    def __init__(self, model: Model, samples: Samples, policy: TolerancePolicy) -> None:
+    ``checks`` collects one :class:`RuleCheck` per comparison; with ``stop_at_first`` the run
+    ends after the first failing application (later results would mix the culprit's error in).
+    """
+
+    def __init__(self, model: Model, samples: Samples, policy: TolerancePolicy,
+                 granularity: str = "rule", stop_at_first: bool = True,
+                 on_check: Callable[[RuleCheck], None] | None = None) -> None:
+        if granularity not in ("rule", "application"):
+            raise ValueError(f"granularity must be 'rule' or 'application', not {granularity!r}")
         self.model = model
         self.samples = list(samples)
         self.policy = policy
-        self.g = GraphIndex(model.graph_def)
+        self.per_application = granularity == "application"
+        self.stop_at_first = stop_at_first
+        self.on_check = on_check
         self.protected = {s.node for s in list(model.inputs) + list(model.outputs)}
-        self.applied: list[Applied] = []
         self.reference = _run(model, self.samples)
+        self.applied: list[Applied] = []
         self.checks: list[RuleCheck] = []
+        self._before: Any = None  # the GraphDef before the current pass (rule granularity)
+        self._mark = 0
 
-    def candidates(self, rule: Rule) -> list[str]:
-        return [n.name for n in self.g if n.op in rule.anchors]
+    # -- hooks
+    def before_pass(self, g: GraphIndex, p: Pass) -> None:
+        if not self.per_application:
+            self._before, self._mark = g.to_graph_def(), len(self.applied)
 
-    def try_apply(self, rule: Rule, name: str) -> Applied | str | None:
-        """Apply ``rule`` at node ``name`` if it matches: the Applied, an error text, or None."""
-        from rewriter.passes import validate_graph
+    def after_application(self, g: GraphIndex, p: Pass, rule: Rule, applied: Applied) -> None:
+        self.applied.append(applied)
+        err = validate_graph(g, self.model)
+        if err is not None:
+            self._record(self._check(g, rule, [applied], f"left an invalid graph: {err}"))
+            raise StopRewrite
+        if self.per_application and not self._record(self._check(g, rule, [applied])).ok \
+                and self.stop_at_first:
+            raise StopRewrite
 
-        node = self.g.nodes.get(name)
-        if node is None:
-            return None
-        m = rule.match(self.g, node)
-        if not isinstance(m, Match):
-            return None
+    def after_pass(self, g: GraphIndex, p: Pass, result: PassResult) -> None:
+        if self.per_application or not result.applied:
+            return
+        if self._record(self._check(g, _rule_of(p), result.applied)).ok:
+            return
+        # drill down: the same pass again, from the graph before it, one application at a time
+        del self.applied[self._mark:]
+        self.per_application = True
         try:
-            a = rule.apply(self.g, m, self.protected)
-        except Exception as exc:  # a rule bug: report it against the rule and node
-            return f"raised {type(exc).__name__}: {exc}"
-        self.applied.append(a)
-        err = validate_graph(self.g, self.model)
-        return f"left an invalid graph: {err}" if err else a
+            p.run(GraphIndex(self._before), self.protected, self)
+        except StopRewrite:
+            pass
+        finally:
+            self.per_application = False
+        if self.stop_at_first:
+            raise StopRewrite
 
-    def check(self, rule: Rule, roots: list[str], created: list[str],
-              error: str | None = None) -> RuleCheck:
+    def rule_failed(self, g: GraphIndex, p: Pass, failure: RuleFailure) -> None:
+        cause = failure.__cause__
+        error = f"raised {type(cause).__name__}: {cause}" if cause is not None else str(failure)
+        rule = next((r for r in _rules_of(p) if r.name == failure.rule), _rule_of(p))
+        self._record(self._check(g, rule, [], error, roots=[failure.node]))
+        raise StopRewrite  # the graph is half rewritten: nothing after it can be judged
+
+    # -- comparisons
+    def _check(self, g: GraphIndex, rule: Rule, applications: Sequence[Applied],
+               error: str | None = None, roots: list[str] | None = None) -> RuleCheck:
         from rewriter.verify.metrics import compare
 
         start = time.perf_counter()
         tolerance = self.policy.for_rewrite(self.applied, self.reference)
-        base = dict(step=len(self.checks) + 1, rule=rule.name, roots=roots, exact=rule.exact,
-                    bound=rule.bound.to_json() if rule.bound else None, tolerance=tolerance.note,
-                    created=created)
+        base = dict(step=len(self.checks) + 1, rule=rule.name,
+                    roots=roots or [a.root for a in applications], exact=rule.exact,
+                    bound=rule.bound.to_json() if rule.bound else None,
+                    tolerance=tolerance.note, created=[n for a in applications
+                                                       for n in a.created])
         if error is not None:
             c = RuleCheck(**base, ok=False, max_abs_error=float("inf"),
                           max_rel_error=float("inf"), min_cosine=0.0, error=error)
         else:
-            current = self.model.with_graph(self.g.to_graph_def())
+            current = self.model.with_graph(g.to_graph_def())
             cmp = compare(self.reference, _run(current, self.samples), samples=len(self.samples),
                           **tolerance.kwargs())
             c = RuleCheck(**base, ok=cmp.ok,
@@ -144,8 +186,25 @@ class _Stepper:
                           min_cosine=min(o.cosine for o in cmp.outputs),
                           outputs=cmp.to_json()["outputs"])
         c.seconds = time.perf_counter() - start
-        self.checks.append(c)
         return c
+
+    def _record(self, check: RuleCheck) -> RuleCheck:
+        self.checks.append(check)
+        if self.on_check is not None:
+            self.on_check(check)
+        return check
+
+
+def _rules_of(p: Pass) -> list[Rule]:
+    return list(getattr(p, "rules", []))
+
+
+def _rule_of(p: Pass) -> Rule:
+    """The rule a per-rule pass applies (check_each_rule builds one pass per rule)."""
+    rules = _rules_of(p)
+    if len(rules) != 1:
+        raise ValueError(f"per-rule checks need one rule per pass; {p.name} has {len(rules)}")
+    return rules[0]
 
 
 def _run(model: Model, samples: Samples) -> dict[str, np.ndarray]:
@@ -158,62 +217,17 @@ def check_each_rule(model: Model, rules_in_order: Sequence[Rule | str], samples:
                     policy: TolerancePolicy | None = None, granularity: str = "rule",
                     max_iterations: int = DEFAULT_MAX_ITERATIONS, stop_at_first: bool = True,
                     on_check: Callable[[RuleCheck], None] | None = None) -> list[RuleCheck]:
-    """Apply ``rules_in_order`` like the pass manager, comparing outputs with the original.
+    """Apply ``rules_in_order`` through the pass manager, comparing outputs with the original.
 
     ``granularity``: ``"rule"`` compares after each rule's pass and drills into a failing pass
     one application at a time; ``"application"`` compares after every application. Returns the
-    checks in order; with ``stop_at_first`` it stops after the first failing application (later
-    results would mix the culprit's error in). :func:`first_failure` picks the culprit.
+    checks in order; with ``stop_at_first`` it stops after the first failing application.
+    :func:`first_failure` picks the culprit.
     """
     from rewriter.rules import get_rule
 
-    if granularity not in ("rule", "application"):
-        raise ValueError(f"granularity must be 'rule' or 'application', not {granularity!r}")
     rules = [get_rule(r) if isinstance(r, str) else r for r in rules_in_order]
-    st = _Stepper(model, samples, policy or DEFAULT_POLICY)
-    notify = on_check or (lambda _c: None)
-    for _ in range(max_iterations):
-        changed = False
-        for rule in rules:
-            failed, did = _one_pass(st, rule, granularity, notify)
-            changed = changed or did
-            if failed and stop_at_first:
-                return st.checks
-        if not changed:
-            break
-    return st.checks
-
-
-def _one_pass(st: _Stepper, rule: Rule, granularity: str,
-              notify: Callable[[RuleCheck], None]) -> tuple[bool, bool]:
-    """One sweep of ``rule`` (like ``RulePass``); returns (a check failed, graph changed)."""
-    before = st.g.to_graph_def() if granularity == "rule" else None
-    n_applied = len(st.applied)
-    done: list[Applied] = []
-    for name in st.candidates(rule):
-        got = st.try_apply(rule, name)
-        if got is None:
-            continue
-        if isinstance(got, str):  # a crash or an invalid graph: the culprit is known
-            c = st.check(rule, [name], [], error=got)
-            notify(c)
-            return True, True
-        done.append(got)
-        if granularity == "application":
-            c = st.check(rule, [got.root], list(got.created))
-            notify(c)
-            if not c.ok:
-                return True, True
-    if not done:
-        return False, False
-    if granularity == "application":
-        return False, True
-    c = st.check(rule, [a.root for a in done], [n for a in done for n in a.created])
-    notify(c)
-    if c.ok:
-        return False, True
-    # drill down: replay this pass from the graph before it, one application at a time
-    st.g = GraphIndex(before)
-    del st.applied[n_applied:]
-    _one_pass(st, rule, "application", notify)
-    return True, True
+    checker = RuleChecker(model, samples, policy or DEFAULT_POLICY, granularity, stop_at_first,
+                          on_check)
+    PassManager([RulePass([r]) for r in rules], max_iterations).run(model, checker)
+    return checker.checks
