@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from rewriter.errors import UserError
-from rewriter.opfacts import OpFacts
+from rewriter.opfacts import OpFacts, TensorFacts
 
 
 @dataclass
@@ -52,6 +52,7 @@ def read_artifact(path: str | Path) -> Artifact:
 
 # ----------------------------------------------------------------------------- TFLite
 _ACTIVATIONS = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
+_WEIGHTS_FORMATS = {0: "DEFAULT", 1: "SHUFFLED4x16INT8"}
 _REDUCERS = {"MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD", "REDUCE_ANY",
              "REDUCE_ALL"}
 
@@ -125,12 +126,55 @@ def _shape(t: Any) -> tuple[int | None, ...]:
     return tuple(None if int(d) < 0 else int(d) for d in dims)
 
 
-def _buffer_ints(model: Any, t: Any) -> tuple[int, ...] | None:
+def _buffer(model: Any, t: Any) -> bytes | None:
     buf = model.buffers[t.buffer] if 0 < t.buffer < len(model.buffers) else None
     if buf is None or buf.data is None or len(buf.data) == 0:
         return None
+    return bytes(bytearray(buf.data))
+
+
+def _buffer_ints(model: Any, t: Any) -> tuple[int, ...] | None:
+    data = _buffer(model, t)
+    if data is None:
+        return None
     dtype = np.int64 if t.type == 4 else np.int32
-    return tuple(int(v) for v in np.frombuffer(bytes(bytearray(buf.data)), dtype=dtype))
+    return tuple(int(v) for v in np.frombuffer(data, dtype=dtype))
+
+
+#: TFLite TensorType -> numpy dtype, for counting the non-zero values of constants.
+_NP_TYPES = {0: np.float32, 1: np.float16, 2: np.int32, 3: np.uint8, 4: np.int64, 6: np.bool_,
+             7: np.int16, 9: np.int8, 10: np.float64}
+
+
+def _tensor_facts(model: Any, t: Any, types: dict[int, str]) -> TensorFacts:
+    """Shape and dtype of one tensor; for a constant, how many real values are not zero."""
+    dtype = types.get(t.type, "?").lower()
+    data = _buffer(model, t)
+    if data is None:
+        return TensorFacts(_shape(t), dtype)
+    nonzero = None
+    np_type = _NP_TYPES.get(t.type)
+    if np_type is not None and len(data) % np.dtype(np_type).itemsize == 0:
+        values = np.frombuffer(data, dtype=np_type).astype(np.float64)
+        q = t.quantization
+        zp = np.asarray(q.zeroPoint if q is not None and q.zeroPoint is not None else [0])
+        if values.size and zp.size in (1, values.size):
+            nonzero = int(np.count_nonzero(values - zp.astype(np.float64)))
+        elif values.size and q is not None and q.quantizedDimension is not None:
+            shape = [int(d) for d in (t.shape if t.shape is not None else [])]
+            axis = int(q.quantizedDimension)
+            if shape and np.prod(shape) == values.size and shape[axis] == zp.size:
+                bshape = [1] * len(shape)
+                bshape[axis] = zp.size
+                nonzero = int(np.count_nonzero(values.reshape(shape) - zp.reshape(bshape)))
+    return TensorFacts(_shape(t), dtype, True, nonzero)
+
+
+def _batch_axes(axes: tuple[int, ...] | None, rank: int) -> tuple[int, ...] | None:
+    """Axes made non-negative against a tensor of ``rank`` dimensions."""
+    if axes is None or rank <= 0:
+        return None
+    return tuple(a + rank if a < 0 else a for a in axes)
 
 
 def _tflite_op(model: Any, sg: Any, i: int, op: Any, names: dict[int, str],
@@ -149,18 +193,27 @@ def _tflite_op(model: Any, sg: Any, i: int, op: Any, names: dict[int, str],
                 out_dtype=types.get(outs[0].type, "?").lower() if outs else None,
                 input_shape=_shape(ins[0]) if ins else None,
                 output_shape=_shape(outs[0]) if outs else None,
-                version=int(code.version))
+                version=int(code.version),
+                inputs=tuple(_tensor_facts(model, t, types) for t in ins),
+                outputs=tuple(_tensor_facts(model, t, types) for t in outs))
     _options(f, op.builtinOptions)
     if name in ("CONV_2D", "DEPTHWISE_CONV_2D") and len(ins) > 1:
         w = _shape(ins[1])
         if len(w) == 4:
             f.kernel = (w[1], w[2])
+    rank = len(f.input_shape or ())
     if name in _REDUCERS and len(ins) > 1:
-        f.axes = _buffer_ints(model, ins[1])
+        f.axes = _batch_axes(_buffer_ints(model, ins[1]), rank)
     if name == "SPLIT" and len(ins) > 1:
-        f.axes = _buffer_ints(model, ins[0])
         f.input_shape = _shape(ins[1])  # input 0 is the axis: the data is input 1
         f.dtype = types.get(ins[1].type, "?").lower()
+        f.axes = _batch_axes(_buffer_ints(model, ins[0]), len(f.input_shape))
+    if name in ("PAD", "PADV2", "MIRROR_PAD") and len(ins) > 1:
+        pads = _buffer_ints(model, ins[1])
+        if pads is not None:
+            f.axes = tuple(d for d in range(len(pads) // 2) if pads[2 * d] or pads[2 * d + 1])
+    if name == "PACK" and op.builtinOptions is not None:
+        f.axes = _batch_axes((int(op.builtinOptions.axis),), len(f.output_shape or ()))
     if name == "STRIDED_SLICE" and len(ins) > 3:
         f.slice_strides = _buffer_ints(model, ins[3])
     return f
@@ -179,6 +232,11 @@ def _options(f: OpFacts, opt: Any) -> None:
         f.padding = {0: "SAME", 1: "VALID"}.get(int(opt.padding))
     if hasattr(opt, "fusedActivationFunction"):
         f.fused_activation = _ACTIVATIONS.get(int(opt.fusedActivationFunction), "?")
+    if hasattr(opt, "weightsFormat"):
+        f.options["weights_format"] = _WEIGHTS_FORMATS.get(int(opt.weightsFormat), "?")
+    if hasattr(opt, "ellipsisMask"):
+        f.options["ellipsis_mask"] = int(opt.ellipsisMask)
+        f.options["new_axis_mask"] = int(opt.newAxisMask)
 
 
 # ----------------------------------------------------------------------------- ONNX

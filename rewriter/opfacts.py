@@ -8,9 +8,22 @@ module imports nothing of the project, so both sides can use it without a circle
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 Shape = tuple  # a tensor shape; ``None`` entries are unknown (dynamic) dimensions
+
+
+@dataclass(frozen=True)
+class TensorFacts:
+    """One input or output tensor of an op: its shape and dtype, and for a compile-time
+    constant (weights, a constant operand) how many of its values are not zero (``nonzero``;
+    quantized values are compared with their zero point, so it counts real values)."""
+
+    shape: Shape | None = None
+    dtype: str | None = None
+    const: bool = False
+    nonzero: int | None = None
 
 
 @dataclass
@@ -19,6 +32,9 @@ class OpFacts:
 
     Shapes are NHWC for TFLite ops; ``strides``, ``kernel`` and ``dilation`` are (h, w).
     ``None`` means unknown, and a constraint that needs an unknown fact is not judged.
+    ``axes`` are the dimensions the op reduces, splits, packs or pads along, non-negative once
+    known. ``options`` holds the few op options a table judges (``weights_format`` of a
+    FULLY_CONNECTED, ``ellipsis_mask`` / ``new_axis_mask`` of a STRIDED_SLICE).
     """
 
     node: str
@@ -36,6 +52,9 @@ class OpFacts:
     axes: tuple[int, ...] | None = None
     slice_strides: tuple[int, ...] | None = None
     version: int | None = None
+    inputs: tuple[TensorFacts, ...] = ()  # every input tensor, constants included
+    outputs: tuple[TensorFacts, ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)  # weights_format, masks, ...
     custom: bool = False
     boundary: bool = False  # QUANTIZE of a graph input / DEQUANTIZE of a graph output
     note: str | None = None

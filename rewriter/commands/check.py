@@ -227,7 +227,7 @@ def _print_level(level: str, data: dict[str, Any], ui: Any) -> None:
     rows = [("Operator", "Count", "Status", "Reason", "Fix")]
     for r in data["table"]:
         fix = ""
-        if r["status"] == "Not supported":
+        if not r["supported"]:
             fix = fixes.get((r["op"], r["reason"])) or "no rule"
         rows.append((r["op"], str(r["count"]), r["status"], r["reason"] or "", fix))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]

@@ -4,6 +4,8 @@ A table constrains an op with kinds defined once here (:data:`KINDS`): ``dtypes`
 ``stride_range``, ... The rule text is a template over the table's value, and the predicate
 returns the observed value when the constraint is violated, so every verdict reads like Vela's
 ("Stride must be in [1, 3]: observed 4x1"). A predicate whose facts are unknown does not judge.
+A kind of severity ``warning`` marks what a table says *might* not be mapped (the Edge TPU's
+large reshapes, resize precision): the op stays supported and the verdict carries the warning.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class Kind:
     template: str
     check: Callable[[OpFacts, Any], str | None]
     value_type: type | tuple[type, ...]
+    severity: str = "error"  # "error": not mapped; "warning": might not be mapped
 
     def rule(self, value: Any) -> str:
         return self.template.format(**_template_args(value))
@@ -80,12 +83,26 @@ def _check_batch_one(f: OpFacts, _: bool) -> str | None:
     return None
 
 
+def _activations(f: OpFacts) -> list[Shape | None]:
+    """Shapes of every non-constant tensor of the op (weights and constant operands aside)."""
+    tensors = [t.shape for t in (*f.inputs, *f.outputs) if not t.const]
+    return tensors or [f.input_shape, f.output_shape]
+
+
+def _outer_non_one(shape: Shape | None, limit: int) -> bool:
+    return (shape is not None and len(shape) > limit and _known(shape)
+            and any(d > 1 for d in shape[:-limit]))
+
+
 def _check_inner_dims(f: OpFacts, limit: int) -> str | None:
-    for shape in (f.input_shape, f.output_shape):
-        if shape is not None and len(shape) > limit and _known(shape):
-            if any(d > 1 for d in shape[:-limit]):
-                return _shape_str(shape)
+    for shape in _activations(f):
+        if _outer_non_one(shape, limit):
+            return _shape_str(shape)
     return None
+
+
+def _check_output_inner_dims(f: OpFacts, limit: int) -> str | None:
+    return _shape_str(f.output_shape) if _outer_non_one(f.output_shape, limit) else None
 
 
 def _check_elements_max(f: OpFacts, limit: int) -> str | None:
@@ -133,15 +150,88 @@ def _check_fused_activation(f: OpFacts, allowed: list[str]) -> str | None:
 
 
 def _norm_axes(f: OpFacts) -> tuple[int, ...] | None:
-    if f.axes is None or f.input_shape is None:
+    """The op's axes, non-negative (negative ones counted from the input's rank)."""
+    if f.axes is None:
+        return None
+    if all(a >= 0 for a in f.axes):
+        return tuple(sorted(f.axes))
+    if not f.input_shape:
         return None
     rank = len(f.input_shape)
-    return tuple(sorted(a % rank for a in f.axes)) if rank else None
+    return tuple(sorted(a + rank if a < 0 else a for a in f.axes))
 
 
 def _check_no_batch_axis(f: OpFacts, _: bool) -> str | None:
     axes = _norm_axes(f)
-    return f"axis {list(axes)} of {_shape_str(f.input_shape)}" if axes and 0 in axes else None
+    if not axes or 0 not in axes:
+        return None
+    shape = f.output_shape if f.op == "PACK" else f.input_shape
+    return f"axis {list(axes)} of {_shape_str(shape)}"
+
+
+def _check_depth_multiple(f: OpFacts, multiple: int) -> str | None:
+    axes, s = _norm_axes(f), f.input_shape
+    if axes is None or not _known(s) or not s or len(s) - 1 not in axes:
+        return None
+    depth = s[-1]
+    return f"reduces depth {depth} of {_shape_str(s)}" if depth > 1 and depth % multiple else None
+
+
+def _check_concat_constants(f: OpFacts, _: bool) -> str | None:
+    consts = [i for i, t in enumerate(f.inputs) if t.const]
+    if not consts:
+        return None
+    if len(f.inputs) != 2:
+        return f"{len(f.inputs)} inputs, input {consts[0]} a constant"
+    bad = [(i, f.inputs[i].nonzero) for i in consts if f.inputs[i].nonzero != 0]
+    if not bad:
+        return None
+    i, nz = bad[0]
+    count = "unknown" if nz is None else str(nz)
+    return f"constant input {i} {_shape_str(f.inputs[i].shape)} has {count} non-zero value(s)"
+
+
+def _check_alpha_inner_dims(f: OpFacts, limit: int) -> str | None:
+    alpha = f.inputs[1].shape if len(f.inputs) > 1 else None
+    return f"alpha {_shape_str(alpha)}" if _outer_non_one(alpha, limit) else None
+
+
+def _check_io_rank3(f: OpFacts, _: bool) -> str | None:
+    for shape in (f.input_shape, f.output_shape):
+        if shape is None:
+            continue
+        if len(shape) > 4 or (len(shape) == 4 and shape[0] is not None and shape[0] != 1):
+            return _shape_str(shape)
+    return None
+
+
+def _check_weights_format(f: OpFacts, allowed: list[str]) -> str | None:
+    fmt = f.options.get("weights_format")
+    return fmt if fmt is not None and fmt not in allowed else None
+
+
+def _check_slice_masks(f: OpFacts, _: bool) -> str | None:
+    masks = [f"{k} {f.options[k]}" for k in ("ellipsis_mask", "new_axis_mask")
+             if f.options.get(k)]
+    return ", ".join(masks) or None
+
+
+def _check_reshape_layout(f: OpFacts, _: bool) -> str | None:
+    """A reshape that regroups dimensions (not only adding or removing 1s) moves data."""
+    a, b = f.input_shape, f.output_shape
+    if not _known(a) or not _known(b):
+        return None
+    if [d for d in a if d != 1] == [d for d in b if d != 1]:
+        return None
+    n = 1
+    for d in a:
+        n *= d
+    return f"{_shape_str(a)} -> {_shape_str(b)} ({n} elements)"
+
+
+def _check_resize_sizes(f: OpFacts, _: bool) -> str | None:
+    a, b = f.input_shape, f.output_shape
+    return f"{_shape_str(a)} -> {_shape_str(b)}" if a is not None and b is not None else None
 
 
 def _check_mean_depth(f: OpFacts, _: bool) -> str | None:
@@ -194,8 +284,28 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("dilation_equal", "Dilation must be the same in x and y", _check_dilation_equal, _BOOL),
     Kind("fused_activation", "Fused activation must be one of {allowed}",
          _check_fused_activation, _LIST),
-    Kind("no_batch_axis", "Must not reduce or split along the batch axis", _check_no_batch_axis,
+    Kind("no_batch_axis", "Must not operate along the batch axis", _check_no_batch_axis,
          _BOOL),
+    Kind("depth_reduction_multiple",
+         "A reduction over depth (the innermost dimension) needs a depth that is a multiple "
+         "of {max}", _check_depth_multiple, _INT),
+    Kind("concat_constant_zero_pad",
+         "If any input is a compile-time constant, there must be only 2 inputs and the "
+         "constant must be all zeros (a zero-padding op)", _check_concat_constants, _BOOL),
+    Kind("alpha_inner_dims", "Alpha must be {max}-dimensional (only its innermost dimension "
+         "larger than 1)", _check_alpha_inner_dims, _INT),
+    Kind("io_rank3", "Input and output must be 3-dimensional tensors (batch 1)",
+         _check_io_rank3, _BOOL),
+    Kind("weights_format", "Weights must be in the {allowed} format", _check_weights_format,
+         _LIST),
+    Kind("output_inner_dims", "The output tensor must be {max}-dimensional (only its "
+         "innermost dimension larger than 1)", _check_output_inner_dims, _INT),
+    Kind("slice_masks_zero", "Ellipsis and new-axis masks must be 0", _check_slice_masks,
+         _BOOL),
+    Kind("reshape_may_not_map", "Certain reshapes might not be mapped for large tensor sizes",
+         _check_reshape_layout, _BOOL, "warning"),
+    Kind("resize_may_not_map", "Depending on input/output size, this operation might not be "
+         "mapped, to avoid loss in precision", _check_resize_sizes, _BOOL, "warning"),
     Kind("mean_depth_reduction", "Reduction over depth is only supported if any of h, w, c is 1",
          _check_mean_depth, _BOOL),
     Kind("reduced_axis_max", "Reduced axis must have at most {max} elements",
@@ -213,6 +323,10 @@ class Constraint:
     @property
     def rule(self) -> str:
         return KINDS[self.kind].rule(self.value)
+
+    @property
+    def severity(self) -> str:
+        return KINDS[self.kind].severity
 
     def violation(self, facts: OpFacts) -> tuple[str, str] | None:
         """(reason, observed) when ``facts`` violate this constraint, else None."""

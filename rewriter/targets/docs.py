@@ -34,22 +34,42 @@ def render_markdown(target: Target) -> str:
                   f"{d.get('default_opset', DEFAULT_OPSET)}), read from `onnx.defs`.", ""]
     if target.generic:
         lines += ["## Constraints on every op", ""]
-        lines += [f"* {c.rule}" for c in target.generic]
+        lines += [f"* {c.rule}" + (" (warning)" if c.severity == "warning" else "")
+                  for c in target.generic]
+        generic = d.get("generic", {})
+        if generic.get("doc"):
+            lines.append(f"* Documented: \"{generic['doc']}\" ({_link(generic.get('source'))})")
         if target.generic_except:
             lines.append(f"* (not applied to: {', '.join(sorted(target.generic_except))})")
         lines.append("")
     if target.ops:
-        lines += ["## Supported ops", "", "| Op | Constraints | Note |", "| --- | --- | --- |"]
+        documented = any(e.doc for e in target.ops.values())
+        lines += ["## Supported ops", ""]
+        if any(c.severity == "warning" for e in target.ops.values() for c in e.constraints):
+            lines += ["Constraints marked (warning) are limits the documentation says *might* "
+                      "keep the op off the accelerator: the op counts as mapped and the report "
+                      "carries the warning.", ""]
+        head = "| Op | Constraints |" + (" Documented limitation |" if documented else "")
+        lines += [head + " Note |", "|" + " --- |" * (head.count("|"))]
         for op in sorted(target.ops):
             e = target.ops[op]
-            rules = "; ".join(c.rule for c in e.constraints) or "-"
-            lines.append(f"| {op} | {rules} | {e.note or ''} |")
+            rules = "; ".join(c.rule + (" (warning)" if c.severity == "warning" else "")
+                              for c in e.constraints) or "-"
+            doc = (f" \"{e.doc}\" ({_link(e.source)}) |" if e.doc else " |") if documented else ""
+            lines.append(f"| {op} | {rules} |{doc} {e.note or ''} |")
         lines.append("")
     if target.unsupported:
         lines += ["## Known unsupported ops", "", "| Op | Note |", "| --- | --- |"]
         lines += [f"| {op} | {note or ''} |" for op, note in sorted(target.unsupported.items())]
         lines.append("")
     return "\n".join(lines)
+
+
+def _link(url: str | None) -> str:
+    if not url:
+        return "source: see the table's sources"
+    host = url.split("//", 1)[-1].split("/", 1)[0]
+    return f"[{host}]({url})"
 
 
 def docs_files() -> dict[str, str]:

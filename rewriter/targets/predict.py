@@ -11,13 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rewriter.opfacts import OpFacts, Shape
+import numpy as np
+
+from rewriter.opfacts import OpFacts, Shape, TensorFacts
 from rewriter.targets.tables import lowering
 
 if TYPE_CHECKING:  # pragma: no cover
     from rewriter.model import Model
     from rewriter.targets.target import Target
 
+_BATCH_MATMULS = ("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
 _STATEFUL = {"RandomUniform", "RandomStandardNormal", "Placeholder", "PlaceholderWithDefault",
              "VarHandleOp", "ReadVariableOp", "VariableV2"}
 
@@ -56,7 +59,7 @@ def graph_facts(model: Model, target: Target, quantize: str) -> list[OpFacts]:
         if fused.get(node.name, ("", ""))[1]:
             out.append(OpFacts(node.name, "", source_op=node.op, note=fused[node.name][1]))
             continue
-        base = _node_facts(index, node, shapes)
+        base = _node_facts(index, node, shapes, consts)
         lowered = target.lower(node.op)
         if node.name in fused:
             lowered = [fused[node.name][0]]
@@ -68,6 +71,8 @@ def graph_facts(model: Model, target: Target, quantize: str) -> list[OpFacts]:
                 base.input_shape = shapes.get(_tensor_name(live[0]))
         elif tflite and node.op in ("RealDiv", "Div") and _const_input(node, consts, 1):
             lowered = ["MUL"]
+        elif tflite and node.op in _BATCH_MATMULS and _const_input(node, consts, 1):
+            lowered = ["FULLY_CONNECTED"]  # constant weights: the converter emits an FC
         if lowered is None:
             base.op, base.custom = f"Flex{node.op}", True
             if target.artifact == "onnx":
@@ -327,8 +332,8 @@ def _folded_into_producer(index: Any, consts: set[str]) -> dict[str, str]:
     return {n: r for n, r in root.items() if n != r}
 
 
-def _node_facts(index: Any, node: Any, shapes: dict[str, Shape]) -> OpFacts:
-    from rewriter.graph import node_dtype
+def _node_facts(index: Any, node: Any, shapes: dict[str, Shape], consts: set[str]) -> OpFacts:
+    from rewriter.graph import node_dtype, parse_input
 
     data = [r for r in node.input if not r.startswith("^")]
     in_shape = shapes.get(_tensor_name(data[0])) if data else None
@@ -336,6 +341,10 @@ def _node_facts(index: Any, node: Any, shapes: dict[str, Shape]) -> OpFacts:
     f = OpFacts(node.name, node.op, source_op=node.op,
                 dtype=dt.name if dt is not None else None, input_shape=in_shape,
                 output_shape=shapes.get(f"{node.name}:0"))
+    operands = data[:-1] if node.op == "ConcatV2" else data  # ConcatV2's last input: the axis
+    f.inputs = tuple(_tensor_facts(index, r, shapes, parse_input(r)[0] in consts)
+                     for r in operands)
+    f.outputs = (TensorFacts(f.output_shape),)
     attrs = node.attr
     if "strides" in attrs and len(attrs["strides"].list.i) == 4 and node.op != "StridedSlice":
         s = attrs["strides"].list.i
@@ -352,18 +361,47 @@ def _node_facts(index: Any, node: Any, shapes: dict[str, Shape]) -> OpFacts:
         w = shapes.get(_tensor_name(data[1]))
         if w and len(w) == 4 and w[0] is not None:
             f.kernel = (int(w[0]), int(w[1]))
-    if node.op in ("Mean", "Sum", "Max", "Min", "Prod", "Split") and len(data) > 1:
-        axis_ref = data[0] if node.op == "Split" else data[1]
-        axes = index.const_value(axis_ref)
-        if axes is not None:
-            f.axes = tuple(int(a) for a in axes.reshape(-1))
-        if node.op == "Split":
-            f.input_shape = shapes.get(_tensor_name(data[1]))
-    if node.op == "StridedSlice" and len(data) > 3:
-        st = index.const_value(data[3])
+    _axis_facts(index, node, data, shapes, f)
+    if node.op == "StridedSlice":
+        st = index.const_value(data[3]) if len(data) > 3 else None
         if st is not None:
             f.slice_strides = tuple(int(s) for s in st.reshape(-1))
+        f.options["ellipsis_mask"] = int(attrs["ellipsis_mask"].i)
+        f.options["new_axis_mask"] = int(attrs["new_axis_mask"].i)
     return f
+
+
+def _tensor_facts(index: Any, ref: str, shapes: dict[str, Shape], const: bool) -> TensorFacts:
+    shape = shapes.get(_tensor_name(ref))
+    if not const:
+        return TensorFacts(shape)
+    value = index.const_value(ref)
+    return TensorFacts(shape, None, True,
+                       None if value is None else int(np.count_nonzero(value)))
+
+
+def _axis_facts(index: Any, node: Any, data: list[str], shapes: dict[str, Shape],
+                f: OpFacts) -> None:
+    """The axes an op reduces, splits, packs or pads along (non-negative once known)."""
+    def absolute(values: Any, shape: Shape | None) -> tuple[int, ...] | None:
+        if values is None or shape is None:
+            return None
+        rank = len(shape)
+        return tuple(int(a) + rank if int(a) < 0 else int(a) for a in values.reshape(-1))
+
+    op = node.op
+    if op in ("Mean", "Sum", "Max", "Min", "Prod") and len(data) > 1:
+        f.axes = absolute(index.const_value(data[1]), f.input_shape)
+    elif op in ("Split", "SplitV"):
+        x, axis = (data[1], data[0]) if op == "Split" else (data[0], data[2])
+        f.input_shape = shapes.get(_tensor_name(x))
+        f.axes = absolute(index.const_value(axis), f.input_shape)
+    elif op in ("Pad", "PadV2", "MirrorPad") and len(data) > 1:
+        pads = index.const_value(data[1])
+        if pads is not None:
+            f.axes = tuple(int(d) for d in np.flatnonzero(np.any(pads.reshape(-1, 2), axis=1)))
+    elif op == "Pack":
+        f.axes = absolute(np.asarray([node.attr["axis"].i]), f.output_shape)
 
 
 def _tensor_name(ref: str) -> str:

@@ -37,16 +37,23 @@ _ENUMS = {"artifact": ("tflite", "onnx"), "default_quantize": QUANTIZE_MODES,
           "partitioning": ("cut-at-first", "per-op"), "ops_from": ("tflite-schema", "onnx-defs")}
 
 
+#: Keys of an op entry that are not constraints: a note, the documented limitation word for
+#: word (``doc``) and where it is documented (``source``, a URL).
+ENTRY_TEXT_KEYS = ("note", "doc", "source")
+
+
 @dataclass
 class OpEntry:
-    """One op of a table: its constraints and a note for the docs."""
+    """One op of a table: its constraints, a note, and the documented limitation it encodes."""
 
     constraints: list[Constraint]
     note: str | None = None
+    doc: str | None = None
+    source: str | None = None
 
 
 def parse_constraints(where: str, entry: dict[str, Any],
-                       extra: Iterable[str] = ("note",)) -> list[Constraint]:
+                       extra: Iterable[str] = ENTRY_TEXT_KEYS) -> list[Constraint]:
     out = []
     for key, value in entry.items():
         if key in extra:
@@ -78,9 +85,10 @@ def validate_table(path: Path, data: dict[str, Any]) -> None:
             if not isinstance(entry, dict):
                 raise UserError(f"{path.name}: [{section}.{op}] must be a table")
     for op, entry in data.get("unsupported", {}).items():
-        bad = set(entry) - {"note"}
+        bad = set(entry) - set(ENTRY_TEXT_KEYS)
         if bad:
-            raise UserError(f"{path.name}: [unsupported.{op}] allows only 'note', got {sorted(bad)}")
+            raise UserError(f"{path.name}: [unsupported.{op}] allows only "
+                            f"{', '.join(ENTRY_TEXT_KEYS)}, got {sorted(bad)}")
 
 
 @cache

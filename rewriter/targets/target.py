@@ -62,7 +62,8 @@ class Target:
         self.ops: dict[str, OpEntry] = {}
         for op, entry in data.get("ops", {}).items():
             cons = parse_constraints(f"{where} [ops.{op}]", entry)
-            self.ops[op] = OpEntry(cons, entry.get("note"))
+            self.ops[op] = OpEntry(cons, entry.get("note"), entry.get("doc"),
+                                   entry.get("source"))
         self.unsupported: dict[str, str | None] = {
             op: e.get("note") for op, e in data.get("unsupported", {}).items()}
         self._onnx_ops = onnx_ops(self.opset) if self.ops_from == "onnx-defs" else {}
@@ -84,11 +85,13 @@ class Target:
         return False
 
     def constraints_for(self, op: str) -> list[Constraint]:
+        """The op's own constraints first (the more precise reason), then the generic ones it
+        does not override."""
         generic = [] if op in self.generic_except else self.generic
         entry = self.ops.get(op)
         specific = entry.constraints if entry else []
         kinds = {c.kind for c in specific}
-        return [c for c in generic if c.kind not in kinds] + list(specific)
+        return list(specific) + [c for c in generic if c.kind not in kinds]
 
     def missing_reason(self, op: str, source_op: str | None = None,
                        custom: bool = False) -> str:
@@ -127,15 +130,19 @@ class Target:
                 reason += f" ({facts.note})"
             return OpVerdict(facts.node, source, target_op, False, reason, None, "cpu",
                              facts.related_op)
-        for c in self.constraints_for(facts.op):
-            hit = c.violation(facts)
+        constraints = self.constraints_for(facts.op)
+        for c in constraints:
+            hit = c.violation(facts) if c.severity == "error" else None
             if hit is not None:
                 reason, observed = hit
                 if facts.note and c.kind == "dtypes":
                     reason += f" ({facts.note})"
                 return OpVerdict(facts.node, source, facts.op, False, f"{facts.op}: {reason}",
-                                 observed, "cpu", facts.related_op)
-        return OpVerdict(facts.node, source, facts.op, True)
+                                 observed, "cpu", facts.related_op, constraint=c.kind)
+        warnings = [hit[0] for c in constraints if c.severity == "warning"
+                    for hit in [c.violation(facts)] if hit is not None]
+        return OpVerdict(facts.node, source, facts.op, True,
+                         warning=f"{facts.op}: {'; '.join(warnings)}" if warnings else None)
 
     def lower(self, tf_op: str) -> list[str] | None:
         """Target ops the converter emits for ``tf_op`` (None when unknown)."""

@@ -27,6 +27,8 @@ class OpVerdict:
     observed: str | None = None
     placement: str = "accelerator"  # accelerator | cpu | none (folded away)
     related_op: str | None = None  # the float op a mid-graph (DE)QUANTIZE exists for
+    constraint: str | None = None  # the op is in the table; the kind of the limit it breaks
+    warning: str | None = None  # a limit the table says might keep it off the accelerator
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -76,17 +78,35 @@ class GraphCheck:
                 g["nodes"].append(v.node)
         return sorted(groups.values(), key=lambda g: (-g["count"], g["op"]))
 
+    def warnings_summary(self) -> list[dict[str, Any]]:
+        """``[{"op", "count", "warning", "nodes"}]``: ops mapped that the table says might not
+        be (grouped by op and warning)."""
+        groups: dict[tuple[str, str], dict[str, Any]] = {}
+        for v in self.verdicts:
+            if not v.warning:
+                continue
+            g = groups.setdefault((v.op, v.warning), {"op": v.target_op or v.op, "count": 0,
+                                                      "warning": v.warning, "nodes": []})
+            g["count"] += 1
+            if len(g["nodes"]) < 20:
+                g["nodes"].append(v.node)
+        return sorted(groups.values(), key=lambda g: (-g["count"], g["op"]))
+
     def table(self) -> list[dict[str, Any]]:
-        """Edge-TPU-compiler-style rows: one per (op, status, reason) with a count."""
+        """Edge-TPU-compiler-style rows: one per (op, status, reason) with a count; ``supported``
+        says whether the table maps the op (False rows are what a rule must fix)."""
         rows: dict[tuple[str, str, str], dict[str, Any]] = {}
         for v in self.counted():
             status = _status_text(v)
-            key = (v.target_op or v.op, status, v.reason or "")
+            reason = v.reason or v.warning or ""
+            key = (v.target_op or v.op, status, reason)
             row = rows.setdefault(key, {"op": key[0], "count": 0, "status": status,
-                                        "reason": v.reason, "source_ops": set()})
+                                        "reason": reason or None, "source_ops": set(),
+                                        "supported": v.supported})
             row["count"] += 1
             row["source_ops"].add(v.op)
-        out = sorted(rows.values(), key=lambda r: (r["status"] != "Mapped", r["op"]))
+        out = sorted(rows.values(), key=lambda r: (not r["status"].startswith("Mapped"),
+                                                   r["op"]))
         for r in out:
             r["source_ops"] = sorted(r["source_ops"])
         return out
@@ -101,12 +121,23 @@ class GraphCheck:
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target, "level": self.level, "ok": self.ok, "cut": self.cut,
                 **self.placement(), "unsupported": self.unsupported_summary(),
-                "notes": list(self.notes), "verdicts": [v.to_json() for v in self.verdicts]}
+                "warnings": self.warnings_summary(), "notes": list(self.notes),
+                "verdicts": [v.to_json() for v in self.verdicts]}
+
+
+#: Statuses in the Edge TPU compiler's words where it has them.
+STATUS_MAPPED = "Mapped"
+STATUS_MAY_NOT_MAP = "Mapped (might not be)"
+STATUS_LIMITATION = "Operation is otherwise supported, but not mapped due to a limitation"
+STATUS_DTYPE = "Operation is working on an unsupported data type"
+STATUS_UNSUPPORTED = "Operation not supported"
 
 
 def _status_text(v: OpVerdict) -> str:
     if v.supported and v.placement == "accelerator":
-        return "Mapped"
+        return STATUS_MAY_NOT_MAP if v.warning else STATUS_MAPPED
     if v.supported:
         return "CPU (graph edge)" if v.reason == EDGE_REASON else "CPU (after the cut)"
-    return "Not supported"
+    if v.constraint is None:
+        return STATUS_UNSUPPORTED
+    return STATUS_DTYPE if v.constraint == "dtypes" else STATUS_LIMITATION
