@@ -3,7 +3,10 @@
 ``rewrite MODEL --target T [-o OUT]`` runs the whole job (the ``run`` command); the other
 subcommands live one per module in :mod:`rewriter.commands`, each with ``HELP``,
 ``add_arguments(parser)`` and ``run(args, ui) -> int``. Exit codes: 0 success, 1 result not
-acceptable, 2 bad usage or input (one line ``error: ...`` on stderr, never a traceback).
+acceptable, 2 bad usage or input (one line ``error: ...`` on stderr, never a traceback), 3
+internal error (one line naming the stage and a kept log); see :mod:`rewriter.supervise`, which
+also runs the console script's work in a child process so a native crash cannot end a run
+silently.
 """
 
 from __future__ import annotations
@@ -14,8 +17,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from rewriter import __version__
-from rewriter.errors import UserError
+from rewriter import __version__, supervise
 
 #: Subcommand name -> module in rewriter.commands. ``run`` is also the default command.
 COMMANDS = {
@@ -100,6 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``rewrite ARGV``; without ``argv`` (the console script) the work runs in a supervised
+    child process."""
+    if argv is None:
+        if supervise.should_supervise():
+            return supervise.supervise(sys.argv[1:])
+        if supervise.ENV_DIR in os.environ:
+            supervise.attach()
     _quiet_tensorflow()
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -116,19 +125,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "_module", None) is None:
         parser.print_help()
         return 2
-    if args.command not in _NO_TF_COMMANDS:
-        _import_tensorflow_quietly()
-    from rewriter.ui import UI
-
-    ui = UI(quiet=args.quiet, json_mode=getattr(args, "json", False))
     try:
+        if args.command not in _NO_TF_COMMANDS:
+            supervise.set_stage("importing TensorFlow")
+            _import_tensorflow_quietly()
+        from rewriter.ui import UI
+
+        ui = UI(quiet=args.quiet, json_mode=getattr(args, "json", False))
+        supervise.track_stages(ui)
+        supervise.set_stage(f"running `rewrite {args.command}`")
         return int(args._module.run(args, ui))
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
+    except BaseException as exc:  # every way a command can end becomes one line and a code
+        code, message = supervise.exit_code_for(exc)
+        if message:
+            print(f"error: {message}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,7 +1,9 @@
 """Errors that the CLI turns into exit codes.
 
 Library code raises :class:`UserError` for bad usage or bad input (the CLI prints one line,
-``error: ...``, and exits 2). Everything else is a bug and keeps its traceback.
+``error: ...``, and exits 2). :class:`InternalError` is a fault of rewriter or of the libraries it
+drives (a converter that died by a signal): one line naming the stage and the kept log, exit 3.
+Any other exception is a bug: the CLI keeps its traceback in a log and exits 3 the same way.
 """
 
 from __future__ import annotations
@@ -13,3 +15,15 @@ class UserError(Exception):
 
 class RuleError(Exception):
     """A rewrite rule or pass produced an invalid graph; names the pass and the rule."""
+
+
+class InternalError(Exception):
+    """Not the user's fault: a stage crashed. Exit code 3; ``log`` keeps the details."""
+
+    def __init__(self, message: str, log: str | None = None) -> None:
+        super().__init__(message)
+        self.log = log
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return f"{text}; log kept at {self.log}" if self.log else text
