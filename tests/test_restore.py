@@ -91,13 +91,13 @@ def _assert_restored_exactly(src, out, names):
 def test_removed_trainable_variables_restore_the_rest(cli, original, tmp_path):
     """Seed 000 case 1: the third conv is gone; w1,w2,b1,b2 restore and w3,b3 are unused."""
     meta = _save_meta(tmp_path / "mod.meta", lambda: _build(layers=("1", "2")))
-    code, res, _ = _restore(cli, original, meta, tmp_path / "out" / "model")
+    code, res, _ = _restore(cli, original, meta, tmp_path / "out")
     assert code == 0
     assert sorted(p["target"] for p in res["restored"]) == [
         "model_vars/b1", "model_vars/b2", "model_vars/counter", "model_vars/w1", "model_vars/w2"]
     assert sorted(v["name"] for v in res["unused"]) == ["model_vars/b3", "model_vars/w3"]
     assert res["new"] == [] and res["mismatched"] == []
-    out = _values(str(tmp_path / "out" / "model"))
+    out = _values(str(tmp_path / "out" / "model.ckpt"))
     _assert_restored_exactly(_values(original), out, [p["target"] for p in res["restored"]])
     assert "model_vars/w3" not in out
 
@@ -109,7 +109,7 @@ def test_removed_non_trainable_variable_is_reported_unused(cli, original, tmp_pa
     assert code == 0
     assert [v["name"] for v in res["unused"]] == ["model_vars/counter"]
     assert len(res["restored"]) == 6
-    _assert_restored_exactly(_values(original), _values(str(tmp_path / "model")),
+    _assert_restored_exactly(_values(original), _values(str(tmp_path / "model" / "model.ckpt")),
                              [f"model_vars/{n}" for n in SHAPES])
 
 
@@ -120,7 +120,7 @@ def test_added_non_trainable_variable_keeps_its_initial_value(cli, original, tmp
     code, res, _ = _restore(cli, original, meta, tmp_path / "model")
     assert code == 0
     assert [v["name"] for v in res["new"]] == ["model_vars/extra_stat"]
-    out = _values(str(tmp_path / "model"))
+    out = _values(str(tmp_path / "model" / "model.ckpt"))
     _assert_restored_exactly(_values(original), out,
                              [f"model_vars/{n}" for n in SHAPES] + ["model_vars/counter"])
     assert np.array_equal(out["model_vars/extra_stat"], np.full(8, NEW_INIT, np.float32))
@@ -139,7 +139,7 @@ def test_added_trainable_variables_restore_where_saver_restore_fails(cli, origin
     assert code == 0
     assert [v["name"] for v in res["new"]] == ["model_vars/b_new", "model_vars/w_new"]
     assert res["verified"] == 7
-    out = _values(str(tmp_path / "model"))
+    out = _values(str(tmp_path / "model" / "model.ckpt"))
     _assert_restored_exactly(_values(original), out,
                              [f"model_vars/{n}" for n in SHAPES] + ["model_vars/counter"])
     assert np.array_equal(out["model_vars/w_new"], np.full((1, 1, 8, 8), NEW_INIT, np.float32))
@@ -147,10 +147,13 @@ def test_added_trainable_variables_restore_where_saver_restore_fails(cli, origin
 
 
 def test_restored_output_loads_with_its_meta_and_runs_like_the_original(cli, original, tmp_path):
-    """OUT + OUT.meta restore with the plain TF1 API and compute the original's outputs."""
+    """OUT/model.ckpt + its .meta restore with the plain TF1 API and compute the original's
+    outputs; nothing is written beside OUT."""
     meta = _save_meta(tmp_path / "mod.meta", lambda: _build(counter=False))
-    out_prefix = str(tmp_path / "model")
-    assert _restore(cli, original, meta, out_prefix)[0] == 0
+    before = sorted(os.listdir(tmp_path))
+    out_prefix = str(tmp_path / "model" / "model.ckpt")
+    assert _restore(cli, original, meta, tmp_path / "model")[0] == 0
+    assert sorted(os.listdir(tmp_path)) == sorted([*before, "model"])
     assert os.path.exists(out_prefix + ".meta")
     feed = np.random.default_rng(0).standard_normal((2, 8, 8, 1)).astype(np.float32)
     results = []
@@ -160,12 +163,12 @@ def test_restored_output_loads_with_its_meta_and_runs_like_the_original(cli, ori
             v1.train.import_meta_graph(meta_path).restore(sess, prefix)
             results.append(sess.run("y:0", {"x:0": feed}))
     assert np.array_equal(results[0], results[1])
-    assert tf.train.latest_checkpoint(str(tmp_path)) == out_prefix
+    assert tf.train.latest_checkpoint(str(tmp_path / "model")) == out_prefix
 
 
 def test_output_directory_gets_a_model_ckpt_prefix(cli, original, tmp_path):
     meta = _save_meta(tmp_path / "mod.meta", _build)
-    code, res, _ = _restore(cli, original, meta, str(tmp_path / "outdir") + "/", "--strict")
+    code, res, _ = _restore(cli, original, meta, tmp_path / "outdir", "--strict")
     assert code == 0 and res["output"] == str(tmp_path / "outdir" / "model.ckpt")
     assert tf.train.latest_checkpoint(str(tmp_path / "outdir")) == res["output"]
 
@@ -194,7 +197,7 @@ def test_new_branch_sharing_a_trunk_restores_the_trunk(cli, tmp_path):
     assert code == 0
     assert sorted(p["target"] for p in res["restored"]) == ["A/b", "A/w", "B/w"]
     assert [v["name"] for v in res["new"]] == ["C/w"]
-    out = _values(str(tmp_path / "abc_restored"))
+    out = _values(str(tmp_path / "abc_restored" / "model.ckpt"))
     _assert_restored_exactly(_values(ckpt), out, ["A/b", "A/w", "B/w"])
     assert np.array_equal(out["C/w"], np.full((6, 3), NEW_INIT, np.float32))
 
@@ -222,7 +225,7 @@ def test_renamed_scope_restores_through_a_map_rule(cli, tmp_path, rule):
     assert res["restored"] == [{"source": "input/init_conv/DW", "target": "init/init_conv/DW",
                                 "dtype": "float32", "shape": [3, 3, 3, 16]}]
     assert np.array_equal(_values(ckpt)["input/init_conv/DW"],
-                          _values(str(tmp_path / "mapped"))["init/init_conv/DW"])
+                          _values(str(tmp_path / "mapped" / "model.ckpt"))["init/init_conv/DW"])
 
 
 def test_shape_mismatch_is_listed_not_fatal(cli, original, tmp_path):
@@ -234,7 +237,7 @@ def test_shape_mismatch_is_listed_not_fatal(cli, original, tmp_path):
     assert sorted(m["target"]["name"] for m in res["mismatched"]) == [
         "model_vars/b3", "model_vars/w3"]
     assert res["mismatched"][1]["target"]["shape"] == [3, 3, 8, 4]
-    _assert_restored_exactly(_values(original), _values(str(tmp_path / "model")),
+    _assert_restored_exactly(_values(original), _values(str(tmp_path / "model" / "model.ckpt")),
                              ["model_vars/w1", "model_vars/w2"])
 
 
@@ -246,7 +249,7 @@ def test_strict_names_the_mismatched_variable_and_writes_nothing(cli, original, 
     assert code == 1
     assert "model_vars/w3: target float32[3, 3, 8, 4] but source model_vars/w3 is " \
            "float32[3, 3, 8, 8]" in stderr
-    assert not os.path.exists(tmp_path / "m.index")
+    assert not os.path.exists(tmp_path / "m")
 
 
 def test_human_report_lists_each_kind(cli, original, tmp_path):
@@ -338,7 +341,7 @@ def test_keras_model_with_an_extra_layer_gets_the_trained_weights(cli, keras_tra
     assert code == 0
     assert sorted(v["name"] for v in res["new"]) == ["extra/bias", "extra/kernel"]
     assert len(res["restored"]) == len(trained) and res["unused"] == []
-    restored = keras.saving.load_model(tmp_path / "restored.keras")
+    restored = keras.saving.load_model(tmp_path / "restored.keras" / "model.keras")
     weights = {v.path: v.numpy() for v in restored.weights}
     for name, value in trained.items():
         assert np.array_equal(weights[name], value), name
@@ -393,6 +396,6 @@ def test_target_with_its_own_checkpoint_keeps_its_saved_values_for_new_variables
     code, res, _ = _restore(cli, original, target, tmp_path / "out")
     assert code == 0 and [v["name"] for v in res["new"]] == ["model_vars/b_new",
                                                              "model_vars/w_new"]
-    out = _values(str(tmp_path / "out"))
+    out = _values(str(tmp_path / "out" / "model.ckpt"))
     assert np.array_equal(out["model_vars/w_new"], np.full((1, 1, 8, 8), 3.0, np.float32))
     _assert_restored_exactly(_values(original), out, [f"model_vars/{n}" for n in SHAPES])

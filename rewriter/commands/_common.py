@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+from typing import Any
 
 from rewriter.errors import UserError
 from rewriter.frontends import LoadOptions, load_model
@@ -57,7 +57,22 @@ def load_options(args: argparse.Namespace) -> LoadOptions:
         outputs=_split(getattr(args, "output_names", None)),
         input_shapes=parse_input_shapes(getattr(args, "input_shape", []) or []),
         unsafe=bool(getattr(args, "unsafe", False)),
+        numeric_inputs=getattr(args, "command", None) != "inspect",
     )
+
+
+def onnx_opset(text: str) -> int:
+    """``--opset``: an integer in the range tf2onnx and ONNX Runtime support (exit 2 otherwise)."""
+    from rewriter.export.onnx import OPSET_MAX, OPSET_MIN
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not OPSET_MIN <= value <= OPSET_MAX:
+        raise argparse.ArgumentTypeError(f"{value} is outside the supported opsets "
+                                         f"{OPSET_MIN}..{OPSET_MAX}")
+    return value
 
 
 def load_from_args(args: argparse.Namespace, attr: str = "model") -> Model:
@@ -86,10 +101,17 @@ def _split(value: str | None) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
-def prepare_outdir(path: str | None, default: str = "out") -> Path:
-    """An output directory that may be created or reused; an existing *file* is refused."""
-    out = Path(path or default)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"output path {str(out)!r} is an existing file; give a directory with -o")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+#: What the main job writes into OUT (an existing OUT holding only these may be replaced).
+RUN_OUTPUTS = ("model.tflite", "model.onnx", "saved_model", "report.json", "report.md",
+               "report.html", "*_vela.tflite", "*.csv")
+
+
+def rewrite_reports(stage: Any, result: Any) -> None:
+    """Rewrite a finished job's reports with OUT's paths instead of the staging directory's."""
+    from rewriter.report import write_reports
+    from rewriter.report_html import write_html
+
+    result.report = stage.relocate(result.report)
+    result.files = stage.relocate(result.files)
+    write_reports(stage.path, result.report)
+    write_html(stage.path, result.report)

@@ -21,14 +21,14 @@ HELP = "report which ops a target lacks, why, and which rule would fix them (exi
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from rewriter.commands._common import add_model_arguments
+    from rewriter.commands._common import add_model_arguments, onnx_opset
     from rewriter.defaults import DEFAULT_OPSET, QUANTIZE_MODES
 
     add_model_arguments(parser)
     parser.add_argument("--target", "-t", required=True, help="target name (see `rewrite targets`)")
     parser.add_argument("--quantize", choices=QUANTIZE_MODES,
                         help="TFLite quantization to check for (default: the target's)")
-    parser.add_argument("--opset", type=int, help=f"ONNX opset (ONNX targets; default {DEFAULT_OPSET})")
+    parser.add_argument("--opset", type=onnx_opset, help=f"ONNX opset (ONNX targets; default {DEFAULT_OPSET})")
     parser.add_argument("--graph-only", action="store_true",
                         help="check the TF graph only (no export; the verdict is a prediction)")
     parser.add_argument("--no-vela", action="store_true", help="do not run Vela (Ethos-U)")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 from typing import Any
 
 import numpy as np
@@ -47,6 +46,11 @@ def run(args: argparse.Namespace, ui: Any) -> int:
         raise UserError(f"--names {args.names!r} is not A,B")
     if os.path.isdir(args.output) or os.path.isfile(args.output):
         raise UserError(f"output path {args.output!r} exists; choose a new .pb path")
+    from pathlib import Path
+
+    from rewriter.fsutil import refuse_inputs
+
+    refuse_inputs(Path(args.output).resolve(), args.output, [args.first, args.second])
     conns = parse_connections(args.connect)
     with ui.step("loading both models"):
         first = load_model(args.first, load_options(args))
@@ -79,12 +83,9 @@ def run(args: argparse.Namespace, ui: Any) -> int:
 def _write(graph_def: Any, path: str) -> None:
     from google.protobuf import text_format
 
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
+    from rewriter.fsutil import atomic_write_bytes
+
     text = path.lower().endswith(".pbtxt")
     data = text_format.MessageToString(graph_def).encode() if text else \
         graph_def.SerializeToString()
-    fd, tmp = tempfile.mkstemp(prefix=".merge-", dir=folder)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    atomic_write_bytes(path, data)

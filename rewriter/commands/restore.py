@@ -1,9 +1,11 @@
 """``rewrite restore SOURCE --into TARGET -o OUT``: a checkpoint's weights into a modified model.
 
 Variables are matched by name after ``--map`` rules, shapes and dtypes are checked, matching ones
-are copied bit for bit and the rest keep the target's own values. Exit 0 when written (mismatches
-are listed, not fatal), 1 with ``--strict`` when some target variable was not restored, 2 for bad
-input (missing paths, unreadable checkpoints, an unparsable ``.meta``).
+are copied bit for bit and the rest keep the target's own values. OUT is a directory for every
+format (written inside, staged and swapped in: :mod:`rewriter.fsutil`). Exit 0 when written
+(mismatches are listed, not fatal); 1 when nothing was written because no variable matched
+(unless ``--allow-empty``) or, with ``--strict``, some target variable was not restored; 2 for bad
+input (missing paths, unreadable checkpoints, an unparsable ``.meta``, OUT over an input).
 """
 
 from __future__ import annotations
@@ -20,25 +22,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--into", dest="target", required=True, metavar="TARGET",
                         help="the modified model: TF1 .meta graph, .keras/.h5 model or SavedModel")
     parser.add_argument("-o", "--output", required=True, metavar="OUT",
-                        help="where to write: a checkpoint prefix (for .meta), a .keras/.h5 file, "
-                        "or a SavedModel directory")
+                        help="output directory: OUT/model.ckpt.* (for a .meta target), "
+                        "OUT/model.keras or .h5, or OUT as the SavedModel")
     parser.add_argument("--map", dest="maps", action="append", default=[], metavar="OLD=NEW",
                         help="rename source variables: prefix OLD/=NEW/ or regex re:PATTERN=REPL "
                         "(repeatable; the first rule that matches a name applies)")
     parser.add_argument("--strict", action="store_true",
                         help="exit 1 (writing nothing) unless every target variable is restored")
+    parser.add_argument("--allow-empty", action="store_true",
+                        help="write OUT (exit 0) even when no variable restores")
     parser.add_argument("--unsafe", action="store_true",
                         help="allow models holding code (Keras Lambda layers; initialisers that "
                         "touch files or run Python)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
+#: What restore writes into OUT (an existing OUT holding only these may be replaced).
+OUTPUTS = ("model.ckpt*", "checkpoint", "model.keras", "model.h5", "saved_model.pb*",
+           "variables", "assets", "assets.extra", "fingerprint.pb", "keras_metadata.pb")
+
+
 def run(args: argparse.Namespace, ui: Any) -> int:
+    from rewriter.fsutil import staged_output
     from rewriter.surgery.restore import restore
 
-    with ui.step(f"restoring {args.source} into {args.target}"):
-        result = restore(args.source, args.target, args.output, args.maps, args.strict,
-                         unsafe=args.unsafe)
+    with staged_output(args.output, [args.source, args.target], OUTPUTS, "restore") as stage:
+        with ui.step(f"restoring {args.source} into {args.target}"):
+            result = restore(args.source, args.target, str(stage.path), args.maps,
+                             args.strict, unsafe=args.unsafe, allow_empty=args.allow_empty)
+        if not result.written:
+            stage.discard()
+        result.output = stage.relocate(result.output)
+        result.files = stage.relocate(result.files)
+    if not result.written and not (args.strict and not result.complete):
+        if args.json:
+            ui.json({"ok": False, **result.to_json()})
+        else:
+            _print(result, ui)
+        ui.warn("no variable of the source matches one of the target, nothing written: check "
+                "the names with `rewrite inspect SOURCE --against TARGET` and add --map rules "
+                "(or pass --allow-empty)")
+        return 1
     failed = args.strict and not result.complete
     if args.json:
         ui.json({"ok": not failed, **result.to_json()})

@@ -4,6 +4,9 @@ Exit 0 when the exported artifact has no op the target lacks and its outputs mat
 within tolerance; 1 otherwise (``report.md`` says which and by how much); 2 for bad usage/input.
 OUT holds ``model.tflite`` or ``model.onnx``, the rewritten float model as ``saved_model/``,
 ``report.json`` and ``report.md`` (and Vela's ``*_vela.tflite`` and summary CSV for Ethos-U).
+The run is staged next to OUT and swapped in when it ends (:func:`rewriter.fsutil.
+staged_output`): OUT holds this run or the previous one, never a mix, and a failed run leaves it
+as it was.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ import argparse
 from typing import Any
 
 from rewriter.commands._common import (
+    RUN_OUTPUTS,
     add_model_arguments,
     add_pixel_arguments,
     load_from_args,
+    onnx_opset,
     pixel_map,
-    prepare_outdir,
+    rewrite_reports,
 )
 from rewriter.defaults import DEFAULT_OPSET, QUANTIZE_MODES, VERIFY_SAMPLES
 
@@ -30,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantize", choices=QUANTIZE_MODES,
                         help="TFLite quantization (default: the target's, int8 for edgetpu and "
                         "ethos-u*)")
-    parser.add_argument("--opset", type=int, help=f"ONNX opset for ONNX targets (default {DEFAULT_OPSET})")
+    parser.add_argument("--opset", type=onnx_opset, help=f"ONNX opset for ONNX targets (default {DEFAULT_OPSET})")
     parser.add_argument("--exact-only", action="store_true",
                         help="refuse approximate rules (ops they would fix stay unsupported)")
     parser.add_argument("--calibration", metavar="DATA",
@@ -56,24 +61,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, ui: Any) -> int:
+    from rewriter import isolate
+    from rewriter.export.validate import check_weights
+    from rewriter.fsutil import staged_output
     from rewriter.pipeline import JobOptions, run_job
     from rewriter.targets import load_target
 
     target = load_target(args.target, args.opset)
     pixels = pixel_map(args)
-    outdir = prepare_outdir(args.out)
-    with ui.step(f"loading {args.model}"):
-        model = load_from_args(args)
-    from rewriter.verify.data import parse_ranges
+    inputs = [args.model, args.calibration, args.verify_inputs]
+    with staged_output(args.out, inputs, RUN_OUTPUTS, "run") as stage:
+        isolate.prestart()  # the converter's process imports TensorFlow while we load
+        with ui.step(f"loading {args.model}"):
+            model = load_from_args(args)
+        if target.resolve_quantize(args.quantize) == "int8":
+            check_weights(model)  # before the job, not at the quantizer after minutes of work
+        from rewriter.verify.data import parse_ranges
 
-    options = JobOptions(input_ranges=parse_ranges(args.input_range, model.inputs),
-                         pixels=pixels,
-                         quantize=args.quantize, exact_only=args.exact_only,
-                         calibration=args.calibration, inputs=args.verify_inputs,
-                         samples=max(1, args.samples), run_vela=not args.no_vela,
-                         int8_io=False if args.float_io else None,
-                         check_each_rule=args.check_each_rule)
-    result = run_job(model, target, outdir, options, progress=ui.step)
+        options = JobOptions(input_ranges=parse_ranges(args.input_range, model.inputs),
+                             pixels=pixels,
+                             quantize=args.quantize, exact_only=args.exact_only,
+                             calibration=args.calibration, inputs=args.verify_inputs,
+                             samples=max(1, args.samples), run_vela=not args.no_vela,
+                             int8_io=False if args.float_io else None,
+                             check_each_rule=args.check_each_rule)
+        result = run_job(model, target, stage.path, options, progress=ui.step)
+        rewrite_reports(stage, result)
     if ui.json_mode:
         ui.json(result.report)
     else:

@@ -33,13 +33,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_load_options(parser)
 
 
+#: What unfreeze writes into OUT (an existing OUT holding only these may be replaced).
+OUTPUTS = ("saved_model.pb", "variables", "assets", "fingerprint.pb", "model.keras")
+
+
 def run(args: argparse.Namespace, ui: Any) -> int:
+    from rewriter.fsutil import staged_output
     from rewriter.surgery.unfreeze import unfreeze
 
     names = [n.strip() for n in (args.weights or "").split(",") if n.strip()] or None
-    with ui.step(f"unfreezing {args.model}"):
-        result = unfreeze(args.model, args.output, names, load_options(args),
+    with staged_output(args.output, [args.model], OUTPUTS, "unfreeze") as stage, \
+            ui.step(f"unfreezing {args.model}"):
+        result = unfreeze(args.model, str(stage.path), names, load_options(args),
                           to_keras=args.to_keras)
+        result.output = stage.relocate(result.output)
+        result.keras = stage.relocate(result.keras)
     errors = [result.max_abs_error, result.keras_max_abs_error if args.to_keras else 0.0]
     worst = max(e if e is not None else float("inf") for e in errors)
     ok = worst <= args.tolerance

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from rewriter.export.result import ExportResult
-from rewriter.fsutil import replace_dir
+from rewriter.fsutil import make_temp_dir, replace_dir
 from rewriter.model import Model
 
 _VALID_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$")
@@ -63,7 +62,7 @@ def export_saved_model(model: Model, directory: str | os.PathLike) -> ExportResu
     target = Path(directory)
     target.parent.mkdir(parents=True, exist_ok=True)
     module, fn = serving_function(model)
-    tmp = tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent)
+    tmp = make_temp_dir(target.parent, f".{target.name}.")
     try:
         # The front end drops tf.custom_gradient markers (IdentityN with a _gradient_op_type, as
         # Keras 3 swish leaves), but Models built elsewhere (model_from_function, merge) may

@@ -4,15 +4,18 @@ The seeds' problem (``NotFoundError: Key ... not found in checkpoint`` after the
 lost or renamed variables) done as one call: :func:`restore` matches SOURCE variables to TARGET
 variables by name after ``--map`` rules, copies those with equal shape and dtype bit for bit,
 leaves every other target variable at the target's own value (its initializer, or its own
-checkpoint when one sits next to the ``.meta``), and writes OUT in the target's format:
+checkpoint when one sits next to the ``.meta``), and writes the directory OUT in the target's
+format, with nothing beside it:
 
-* TF1 ``.meta`` graph -> OUT is a checkpoint prefix (``OUT.index``, ``OUT.data-*``) with a copy of
-  the graph as ``OUT.meta``, loadable with ``import_meta_graph`` + ``Saver.restore``.
-* Keras ``.keras`` / ``.h5`` -> OUT is a Keras file (``.keras`` or ``.h5``).
+* TF1 ``.meta`` graph -> ``OUT/model.ckpt.index``, ``OUT/model.ckpt.data-*``, a copy of the graph
+  as ``OUT/model.ckpt.meta`` and ``OUT/checkpoint``, loadable with ``import_meta_graph`` +
+  ``Saver.restore`` or ``tf.train.latest_checkpoint(OUT)``.
+* Keras ``.keras`` / ``.h5`` -> ``OUT/model.keras`` (or ``OUT/model.h5``).
 * SavedModel -> OUT is a copy of the SavedModel whose ``variables/`` bundle holds the new values.
 
-Outputs are written next to their final place and renamed into it, and restored values are read
-back from the written checkpoint and compared byte for byte.
+When nothing restores (no source variable matches a target variable) nothing is written unless
+``allow_empty``. Restored values are read back from the written files and compared byte for
+byte. (The ``restore`` command stages OUT and swaps it in; see :mod:`rewriter.fsutil`.)
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from rewriter.errors import UserError
+from rewriter.fsutil import apply_umask, atomic_write_text, file_mode
 from rewriter.surgery.checkpoints import (
     _checkpoint_prefix,
     _open_reader,
@@ -94,17 +98,19 @@ def plan_restore(source: str, target: str, maps: Iterable[str] | None = None,
 
 
 def restore(source: str, target: str, output: str, maps: Iterable[str] | None = None,
-            strict: bool = False, unsafe: bool = False) -> RestoreResult:
-    """Copy SOURCE's variables into TARGET by name and write the result to ``output``.
+            strict: bool = False, unsafe: bool = False, allow_empty: bool = False
+            ) -> RestoreResult:
+    """Copy SOURCE's variables into TARGET by name and write the result into the directory
+    ``output``.
 
-    With ``strict`` nothing is written unless every target variable is restored; the caller
-    checks :attr:`RestoreResult.complete`.
+    Nothing is written (``written`` stays False) with ``strict`` unless every target variable
+    is restored, or when no variable restores at all unless ``allow_empty``.
     """
     _check_output(output)
     src, diff, kind, handle = plan_restore(source, target, maps, unsafe)
     output = _resolve_output(output, kind, target)
     result = RestoreResult(source, target, output, kind, diff)
-    if strict and not diff.complete:
+    if (strict and not diff.complete) or (not diff.restored and not allow_empty):
         return result
     values = {p.target: src.read(p.source) for p in diff.restored}
     if kind == "tf1":
@@ -183,17 +189,17 @@ def _open_saved_model_target(path: str) -> VariableSet:
 
 def _check_output(output: str) -> None:
     if not output:
-        raise UserError("give the output path with -o")
-    if os.path.isfile(output):
-        raise UserError(f"output path {output!r} is an existing file; choose a new path")
+        raise UserError("give the output directory with -o")
+    if os.path.exists(output) and not os.path.isdir(output):
+        raise UserError(f"-o {output} is an existing file; give a directory with -o")
 
 
 def _resolve_output(output: str, kind: str, target: str) -> str:
-    """A directory given for a checkpoint or Keras output gets a file name inside it."""
-    is_dir = output.endswith(("/", os.sep)) or os.path.isdir(output)
-    if kind == "tf1" and is_dir:
+    """The path written inside the output directory: a checkpoint prefix, a Keras file, or the
+    directory itself for a SavedModel."""
+    if kind == "tf1":
         return os.path.join(output, "model.ckpt")
-    if kind == "keras" and is_dir:
+    if kind == "keras":
         suffix = ".h5" if target.lower().endswith((".h5", ".hdf5")) else ".keras"
         return os.path.join(output, "model" + suffix)
     return output
@@ -236,10 +242,7 @@ def _write_state_file(folder: str, prefix_name: str) -> None:
     """The ``checkpoint`` file that ``tf.train.latest_checkpoint(folder)`` reads."""
     text = (f'model_checkpoint_path: "{prefix_name}"\n'
             f'all_model_checkpoint_paths: "{prefix_name}"\n')
-    fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", dir=folder)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, os.path.join(folder, "checkpoint"))
+    atomic_write_text(os.path.join(folder, "checkpoint"), text)
 
 
 def _set_value(sess: Any, variable: Any, value: np.ndarray) -> None:
@@ -276,9 +279,6 @@ def _read_bundle(prefix: str, names: list[str]) -> dict[str, np.ndarray]:
 # ----------------------------------------------------------------------------- Keras
 def _write_keras(model: Any, values: dict[str, np.ndarray], output: str) -> list[str]:
     suffix = Path(output).suffix.lower()
-    if suffix not in (".keras", ".h5"):
-        raise UserError(f"-o {output!r}: a Keras target is written as .keras or .h5; "
-                        "end the output path with one of them")
     variables = keras_variables(model)
     for name, value in values.items():
         variables[name].assign(value)
@@ -288,6 +288,7 @@ def _write_keras(model: Any, values: dict[str, np.ndarray], output: str) -> list
     os.close(fd)
     try:
         model.save(tmp)
+        os.chmod(tmp, file_mode())  # Keras rewrote the mkstemp file, which is 0600
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):
@@ -309,7 +310,8 @@ def _write_saved_model(target: VariableSet, values: dict[str, np.ndarray],
     tmp = tempfile.mkdtemp(prefix=".restore-", dir=parent)
     staged = os.path.join(tmp, "sm")
     try:
-        shutil.copytree(target.path, staged)
+        shutil.copytree(target.path, staged, copy_function=shutil.copyfile)
+        apply_umask(staged)
         _rewrite_bundle(target, values, os.path.join(staged, "variables"))
         if os.path.isdir(out):
             shutil.rmtree(out)

@@ -156,6 +156,11 @@ class NameMap:
                     pattern = re.compile(old)
                 except re.error as exc:
                     raise UserError(f"--map {spec!r}: bad regular expression: {exc}") from None
+                try:  # the replacement template is compiled even when nothing matches
+                    pattern.sub(new, "")
+                except (re.error, IndexError) as exc:
+                    raise UserError(f"--map {spec!r}: bad replacement {new!r}: {exc} (the "
+                                    f"pattern has {pattern.groups} group(s))") from None
             rules.append(MapRule(old, new, pattern))
         return cls(rules)
 
@@ -181,6 +186,8 @@ def diff_variables(source: Mapping[str, VarInfo], target: Mapping[str, VarInfo],
     diff = Diff()
     for src_name in sorted(source):
         tgt_name = name_map(aliases.get(src_name, src_name))
+        if not tgt_name:
+            raise UserError(f"--map renames {src_name!r} to an empty name; fix the rule")
         if tgt_name in claimed:
             raise UserError(f"--map sends both {claimed[tgt_name]!r} and {src_name!r} "
                             f"to {tgt_name!r}")
