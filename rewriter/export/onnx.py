@@ -20,13 +20,23 @@ import os
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from rewriter.defaults import DEFAULT_OPSET
+from rewriter.export.request import (
+    export_error_json,
+    model_request,
+    raise_export_error,
+    read_request,
+)
 from rewriter.export.result import ExportError, ExportResult
 from rewriter.fsutil import atomic_write_bytes
 from rewriter.model import Model
 
+#: Opsets ``--opset`` accepts: ONNX Runtime implements opset 7 and later, and tf2onnx 1.17
+#: converts up to opset 18 (its README: 14 to 18 tested, 6 to 13 expected to work).
+OPSET_MIN, OPSET_MAX = 7, 18
 _NO_OP_RE = re.compile(r"No Op registered for (\w+)")
 _NODE_RE = re.compile(r"Name: (.*?) OpType: (\w+)")
 
@@ -60,6 +70,30 @@ def _quiet_tf2onnx() -> Iterator[None]:
 
 
 def _convert(model: Model, opset: int) -> Any:
+    """The tf2onnx ModelProto, converted in the worker process (:mod:`rewriter.isolate`)."""
+    import onnx
+
+    from rewriter import isolate
+
+    payload, files = model_request(model, {"opset": opset})
+    result, out = isolate.call(f"ONNX conversion (tf2onnx, opset {opset})",
+                               "rewriter.export.onnx:convert_request", payload, files)
+    raise_export_error(result)
+    return onnx.load_model_from_string(out["model.onnx"])
+
+
+def convert_request(directory: Path) -> dict[str, Any]:
+    """Worker side of :func:`_convert`: tf2onnx's model into ``out/model.onnx``."""
+    model, options, _ = read_request(directory)
+    try:
+        proto = _convert_here(model, options["opset"])
+    except ExportError as exc:
+        return export_error_json(exc)
+    (directory / "out" / "model.onnx").write_bytes(proto.SerializeToString())
+    return {}
+
+
+def _convert_here(model: Model, opset: int) -> Any:
     import tf2onnx
 
     try:

@@ -28,7 +28,14 @@ from typing import Any
 import numpy as np
 
 from rewriter.defaults import CALIBRATION_SAMPLES, CALIBRATION_SEED, QUANTIZE_MODES
+from rewriter.export.request import (
+    export_error_json,
+    model_request,
+    raise_export_error,
+    read_request,
+)
 from rewriter.export.result import ExportError, ExportResult
+from rewriter.export.validate import check_samples, check_weights
 from rewriter.fsutil import atomic_write_bytes
 from rewriter.model import Model
 
@@ -55,6 +62,8 @@ def export_tflite(model: Model, path: str | os.PathLike, quantize: str = "none",
     warnings: list[str] = []
     if quantize == "int8":
         calibration = _calibration_samples(model, calibration, warnings, calibration_ranges)
+        check_weights(model)
+        check_samples(calibration, "calibration data")
     elif int8_io:
         warnings.append("int8 input/output needs --quantize int8; kept float input/output")
     start = time.perf_counter()
@@ -95,11 +104,38 @@ def _calibration_samples(model: Model, calibration: Sequence[dict[str, np.ndarra
 
 def _convert(model: Model, quantize: str, calibration: list[dict[str, np.ndarray]] | None,
              int8_io: bool) -> tuple[bytes, str]:
-    """The flatbuffer bytes and the route that produced them."""
+    """The flatbuffer bytes and the route that produced them, converted in the worker process
+    (:mod:`rewriter.isolate`): a converter crash becomes an InternalError naming the stage."""
+    from rewriter import isolate
+
+    payload, files = model_request(model, {"quantize": quantize, "int8_io": int8_io},
+                                   calibration)
+    result, out = isolate.call(f"TFLite conversion ({quantize})",
+                               "rewriter.export.tflite:convert_request", payload, files)
+    raise_export_error(result)
+    return out["model.tflite"], result["route"]
+
+
+def convert_request(directory: Path) -> dict[str, Any]:
+    """Worker side of :func:`_convert`: convert the request's model into ``out/model.tflite``."""
+    model, options, samples = read_request(directory)
+    try:
+        data, route = _convert_here(model, options["quantize"], samples, options["int8_io"],
+                                    directory)
+    except ExportError as exc:
+        return export_error_json(exc)
+    (directory / "out" / "model.tflite").write_bytes(data)
+    return {"route": route}
+
+
+def _convert_here(model: Model, quantize: str,
+                  calibration: list[dict[str, np.ndarray]] | None, int8_io: bool,
+                  log_dir: Path | None = None) -> tuple[bytes, str]:
+    """The in-process converter (run by the worker)."""
     first: ExportError | None = None
     for route in ("from_concrete_functions", "v1_frozen_graph"):
         try:
-            data = _convert_once(model, route, quantize, calibration, int8_io)
+            data = _convert_once(model, route, quantize, calibration, int8_io, log_dir)
             return data, route
         except ExportError as err:
             if err.ops:
@@ -110,12 +146,13 @@ def _convert(model: Model, quantize: str, calibration: list[dict[str, np.ndarray
 
 
 def _convert_once(model: Model, route: str, quantize: str,
-                  calibration: list[dict[str, np.ndarray]] | None, int8_io: bool) -> bytes:
+                  calibration: list[dict[str, np.ndarray]] | None, int8_io: bool,
+                  log_dir: Path | None = None) -> bytes:
     log = ""
     try:
         converter = _converter(model, route)
         _configure(converter, model, quantize, calibration, int8_io, route)
-        with _captured_stderr() as path, pywarnings.catch_warnings():
+        with _captured_stderr(log_dir) as path, pywarnings.catch_warnings():
             pywarnings.simplefilter("ignore")  # the calibrator's tf.lite.Interpreter deprecation
             try:
                 return bytes(converter.convert())
@@ -218,9 +255,10 @@ def _error_nodes(err: Any) -> list[str]:
 
 
 @contextlib.contextmanager
-def _captured_stderr() -> Iterator[Path]:
-    """Send file descriptor 2 to a temporary file (the converter's MLIR diagnostics)."""
-    fd, tmp = tempfile.mkstemp(prefix="rewriter-tflite-", suffix=".log")
+def _captured_stderr(folder: Path | None = None) -> Iterator[Path]:
+    """Send file descriptor 2 to a temporary file (the converter's MLIR diagnostics); in
+    ``folder`` (the worker's request directory) so a crash's last words are kept with it."""
+    fd, tmp = tempfile.mkstemp(prefix="rewriter-tflite-", suffix=".log", dir=folder)
     saved = os.dup(2)
     try:
         os.dup2(fd, 2)

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from rewriter.errors import UserError
+from rewriter.frontends.limits import check_memory, check_numeric
 from rewriter.frontends.options import LoadOptions
 from rewriter.model import Model
 
@@ -71,8 +72,12 @@ def load_model(path: str | os.PathLike, options: LoadOptions | None = None) -> M
     options = options or LoadOptions()
     path = os.fspath(path)
     fmt = detect_format(path)
-    model = _load(path, fmt, options)
-    return _with_output_specs(model)
+    model = _with_output_specs(_load(path, fmt, options))
+    if fmt not in ("keras", "h5"):  # Keras models were checked before they were frozen
+        check_memory(model.concrete_function().graph, path)
+    if options.numeric_inputs:
+        check_numeric(model)
+    return model
 
 
 def _load(path: str, fmt: str, options: LoadOptions) -> Model:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from rewriter.errors import UserError
 from rewriter.frontends.options import LoadOptions
@@ -20,7 +21,18 @@ NON_OUTPUT_OPS = frozenset({
 
 
 def static_shape(name: str, shape: Sequence[int | None] | None, options: LoadOptions,
-                 notes: list[str]) -> tuple[int, ...]:
+                 notes: list[str], dtype: Any = "float32") -> tuple[int, ...]:
+    """The static shape of input ``name`` (see :func:`_static_shape`), checked against the
+    limits of :mod:`rewriter.frontends.limits` before anything is built at that shape."""
+    from rewriter.frontends.limits import check_input_shape
+
+    result = _static_shape(name, shape, options, notes)
+    check_input_shape(name, result, dtype)
+    return result
+
+
+def _static_shape(name: str, shape: Sequence[int | None] | None, options: LoadOptions,
+                  notes: list[str]) -> tuple[int, ...]:
     """The static shape of input ``name``: ``--input-shape`` wins, else batch None -> 1.
 
     Any other unknown dimension is an error naming the flag that fixes it.

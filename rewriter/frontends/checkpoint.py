@@ -11,6 +11,7 @@ checkpoint ops, are refused unless ``--unsafe`` (:mod:`rewriter.frontends.safety
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,7 @@ def load_checkpoint(path: str, options: LoadOptions) -> Model:
                 raise UserError(f"{prefix}: cannot freeze outputs {', '.join(names)}: "
                                 f"{str(exc)[:160]}") from None
     frozen = tf.compat.v1.graph_util.extract_sub_graph(frozen, names)
-    opts = LoadOptions(options.signature, inputs, outputs, options.input_shapes, options.unsafe)
+    opts = dataclasses.replace(options, inputs=inputs, outputs=outputs)
     return model_from_graphdef(frozen, prefix, "checkpoint", opts,
                                notes=[f"checkpoint {Path(prefix).name} frozen with its .meta"])
 

@@ -108,7 +108,7 @@ def model_from_graphdef(gd: GraphDef, path: str, fmt: str, options: LoadOptions,
         shp = node.attr["shape"].shape if "shape" in node.attr else None
         dims = None if shp is None or shp.unknown_rank else [
             None if d.size < 0 else int(d.size) for d in shp.dim]
-        shape = static_shape(name, dims, options, notes)
+        shape = static_shape(name, dims, options, notes, dtype)
         inputs.append(TensorSpec(name, _tensor(ref), shape, dtype))
     outputs = []
     for ref in out_names:

@@ -21,6 +21,7 @@ from rewriter.frontends._common import (
     static_shape,
 )
 from rewriter.frontends.cut import apply_cut
+from rewriter.frontends.limits import check_memory
 from rewriter.frontends.options import LoadOptions
 from rewriter.frontends.safety import UNSAFE_HINT, graph_findings, keras_file_findings, refuse
 from rewriter.model import Model, Source, TensorSpec
@@ -98,7 +99,7 @@ def _freeze_keras_model(model: Any, path: str, fmt: str, options: LoadOptions,
     check_shape_overrides(options, names)
     specs = []
     for name, t in zip(names, model.inputs):
-        shape = static_shape(name, _shape_list(t.shape), options, notes)
+        shape = static_shape(name, _shape_list(t.shape), options, notes, t.dtype)
         specs.append(tf.TensorSpec(shape, tf.as_dtype(t.dtype), name=name))
 
     single = len(specs) == 1
@@ -112,6 +113,7 @@ def _freeze_keras_model(model: Any, path: str, fmt: str, options: LoadOptions,
         return model(args[0] if single else list(args), training=False)
 
     fn = tf.function(call, input_signature=specs).get_concrete_function()
+    check_memory(fn.graph, path)  # before Grappler sees the shapes while freezing
     graph_def, frozen, norm_notes = freeze_concrete_function(fn)
     notes.extend(norm_notes)
     inputs = [TensorSpec(n, t.name, tuple(s.shape), s.dtype.name)

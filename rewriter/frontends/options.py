@@ -15,3 +15,5 @@ class LoadOptions:
     outputs: list[str] | None = None
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     unsafe: bool = False
+    #: refuse non-numeric inputs (every command that feeds or converts data; not ``inspect``)
+    numeric_inputs: bool = True

@@ -62,7 +62,7 @@ def load_saved_model(directory: str, options: LoadOptions) -> Model:
         if tensor is None:
             raise UserError(f"{directory}: cannot find the placeholder of signature input "
                             f"{name!r}")
-        shape = static_shape(name, _dims(spec.shape), options, notes)
+        shape = static_shape(name, _dims(spec.shape), options, notes, spec.dtype)
         inputs.append(TensorSpec(name, tensor.name, shape, spec.dtype.name))
     set_placeholder_shapes(graph_def, inputs)
     out_struct = fn.structured_outputs

@@ -1,0 +1,71 @@
+"""Inputs the int8 quantizer crashes on, refused before it sees them (exit 2, tensor named).
+
+Measured on TF 2.21 (``tf.lite.TFLiteConverter``, full int8, a small conv model): the quantizer
+dies by SIGSEGV on a weight of 1e38 or +Inf and on +Inf in the calibration data; 1e37 converts.
+Trained weights and real inputs are many orders of magnitude below that, so :data:`MAX_ABS`
+(1e30) marks a value as broken (a flipped exponent bit, an overflow) rather than data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from rewriter.errors import UserError
+
+#: Largest magnitude accepted in weights or calibration data for int8 conversion.
+MAX_ABS = 1e30
+_FLOAT_TYPES = {1, 2, 14, 19}  # DT_FLOAT, DT_DOUBLE, DT_BFLOAT16, DT_HALF
+
+
+def check_weights(model: Any) -> None:
+    """UserError naming the first float weight (Const) that is not finite or beyond MAX_ABS."""
+    for where, node in _consts(model.graph_def):
+        value = node.attr["value"].tensor
+        if value.dtype not in _FLOAT_TYPES:
+            continue
+        import tensorflow as tf
+
+        arr = np.asarray(tf.make_ndarray(value), dtype=np.float64)
+        problem = _problem(arr)
+        if problem:
+            raise UserError(f"{model.source.path}: weight {where} {problem}; the int8 quantizer "
+                            "crashes on such values: fix the model (or export without "
+                            "int8: --quantize none)")
+
+
+def check_samples(samples: Sequence[dict[str, np.ndarray]], what: str) -> None:
+    """UserError naming the first input of ``samples`` that is not finite or beyond MAX_ABS."""
+    for k, sample in enumerate(samples):
+        for name, value in sample.items():
+            arr = np.asarray(value)
+            if arr.dtype.kind != "f":
+                continue
+            problem = _problem(arr.astype(np.float64))
+            if problem:
+                raise UserError(f"{what}: sample {k}, input {name!r} {problem}; the int8 "
+                                "quantizer crashes on such values: remove or fix them")
+
+
+def _problem(arr: np.ndarray) -> str | None:
+    if arr.size == 0:
+        return None
+    bad = int(arr.size - np.isfinite(arr).sum())
+    if bad:
+        return f"holds {bad} non-finite value(s) (Inf/NaN)"
+    peak = float(np.max(np.abs(arr)))
+    if peak > MAX_ABS:
+        return f"holds |values| up to {peak:.3g}, beyond {MAX_ABS:.0e}"
+    return None
+
+
+def _consts(graph_def: Any) -> Iterator[tuple[str, Any]]:
+    for node in graph_def.node:
+        if node.op == "Const":
+            yield repr(node.name), node
+    for fn in graph_def.library.function:
+        for node in fn.node_def:
+            if node.op == "Const":
+                yield f"{node.name!r} in function {fn.signature.name}", node
