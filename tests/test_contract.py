@@ -251,17 +251,17 @@ def test_failed_run_leaves_the_previous_out_whole(cli, samples, tmp_path, monkey
     code, _, _ = cli("run", samples["keras"], "--target", "tflite", "-o", out)
     assert code == 0
     before = _digest(out)
-    import rewriter.pipeline
+    import rewriter.report
 
     def boom(*_a, **_kw):
-        raise RuntimeError("simulated bug after the SavedModel was written")
+        raise RuntimeError("simulated bug after the model files were written")
 
-    monkeypatch.setattr(rewriter.pipeline, "_verify_artifact", boom)
+    monkeypatch.setattr(rewriter.report, "write_reports", boom)
     code, _, err = cli("run", samples["keras"], "--target", "tflite", "-o", out)
     assert code == 3
     line = _one_error(err, "internal error", "RuntimeError", "simulated bug")
     log = Path(line.rsplit("traceback kept at ", 1)[1].rstrip(")"))
-    assert "Traceback" in log.read_text() and "_verify_artifact" in log.read_text()
+    assert "Traceback" in log.read_text() and "in boom" in log.read_text()
     assert _digest(out) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
