@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,6 +32,8 @@ __all__ = ["PassManager", "Plan", "RewriteResult", "RuleFailure", "RulePass", "S
            "supports_tf_op", "validate_graph"]
 
 DEFAULT_MAX_ITERATIONS = 8
+#: Sample feed dicts (keyed by input name): the calibration data fitted rules measure ranges on.
+Samples = Sequence[Mapping[str, Any]]
 
 
 # ----------------------------------------------------------------------------- results
@@ -114,9 +116,12 @@ class Pass(Protocol):
 class RulePass:
     """Apply ``rules`` in one sweep over the graph; the first rule that matches a node wins."""
 
-    def __init__(self, rules: Sequence[Rule], name: str | None = None) -> None:
+    def __init__(self, rules: Sequence[Rule], name: str | None = None,
+                 focus: Iterable[str] | None = None) -> None:
         self.rules = list(rules)
         self.name = name or "+".join(r.name for r in self.rules)
+        #: Nodes a ``targeted`` rule may start from (None: every anchor node).
+        self.focus = None if focus is None else frozenset(focus)
         self._by_op: dict[str, list[Rule]] = {}
         for rule in self.rules:
             for op in rule.anchors:
@@ -131,6 +136,8 @@ class RulePass:
             if node is None:
                 continue
             for rule in self._by_op.get(node.op, ()):
+                if rule.targeted and self.focus is not None and name not in self.focus:
+                    continue
                 m = _match_one(g, rule, node, self.name)
                 if isinstance(m, Reject):
                     result.rejected.append(m)
@@ -200,15 +207,23 @@ class PassManager:
     """Run passes in order until none changes the graph, validating after each pass."""
 
     def __init__(self, passes: Sequence[Pass], max_iterations: int = DEFAULT_MAX_ITERATIONS,
-                 import_with_tf: bool = False) -> None:
+                 import_with_tf: bool = False, data: Samples | None = None) -> None:
         self.passes = list(passes)
         self.max_iterations = max_iterations
         self.import_with_tf = import_with_tf
+        self.data = data
 
     def run(self, model: Model, tracer: Tracer | None = None) -> RewriteResult:
         """Rewrite ``model`` (never modified); ``tracer`` observes every pass and application
         and may end the run early (the result then says ``stopped``)."""
         g = GraphIndex(model.graph_def)
+        if self.data:  # rules fitted on the data's range read it (rewriter.ranges)
+            from rewriter.ranges import attach_samples
+
+            range_ops = {op for p in self.passes for r in getattr(p, "rules", ())
+                         if r.needs_range for op in r.anchors}
+            near = [n for p in self.passes if getattr(p, "focus", None) for n in p.focus]
+            attach_samples(g, model.inputs, self.data, range_ops, near or None)
         protected = {s.node for s in list(model.inputs) + list(model.outputs)}
         applied: list[Applied] = []
         rejected: dict[tuple[str, str], Reject] = {}
@@ -291,11 +306,19 @@ def _note(applied: list[Applied]) -> str | None:
 
 def apply_rules(model: Model, rules: Iterable[Rule | str], one_pass_each: bool = True,
                 max_iterations: int = DEFAULT_MAX_ITERATIONS,
-                import_with_tf: bool = False) -> RewriteResult:
-    """Apply ``rules`` (objects or names) to ``model``, one pass per rule in the given order."""
+                import_with_tf: bool = False, data: Samples | None = None,
+                focus: Iterable[str] | None = None) -> RewriteResult:
+    """Apply ``rules`` (objects or names) to ``model``, one pass per rule in the given order.
+
+    ``data`` (feed dicts keyed by input name, the calibration samples) is what rules fitted on
+    the observed range of a tensor measure it on; without it they refuse with that reason.
+    ``focus``: the only nodes ``targeted`` rules start from (the plan's unsupported nodes).
+    """
     objs = [get_rule(r) if isinstance(r, str) else r for r in rules]
-    passes = [RulePass([r]) for r in objs] if one_pass_each else [RulePass(objs)]
-    return PassManager(passes, max_iterations, import_with_tf).run(model)
+    focus = None if focus is None else list(focus)
+    passes = ([RulePass([r], focus=focus) for r in objs] if one_pass_each
+              else [RulePass(objs, focus=focus)])
+    return PassManager(passes, max_iterations, import_with_tf, data).run(model)
 
 
 # ----------------------------------------------------------------------------- planning
@@ -336,6 +359,8 @@ class Plan:
     rules: list[str]
     fixes: list[dict[str, Any]]
     unfixable: list[dict[str, Any]]
+    #: The unsupported nodes, where ``targeted`` rules may start.
+    focus: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -367,7 +392,7 @@ def plan(model: Model, target: Any, quantize: str, exact_only: bool = False,
     lacking = _unsupported(model, target, quantize)
     cache: dict[str, tuple[bool, str | None]] = {}
     fixes, unfixable, chosen = [], [], []
-    for op, (count, reason) in lacking.items():
+    for op, (count, reason, _) in lacking.items():
         rules, why = choose_rules(op, target, quantize, exact_only, cache, exclude)
         if not rules:
             unfixable.append({"op": op, "count": count, "reason": reason, "why": why})
@@ -379,23 +404,27 @@ def plan(model: Model, target: Any, quantize: str, exact_only: bool = False,
         chosen.extend(r.name for r in rules if r.name not in chosen)
     ordered = sorted((r for r in all_rules() if r.name in chosen),
                      key=lambda r: (r.order, r.sort_key()))
+    focus = [n for op in lacking for n in lacking[op][2]]
     return Plan(getattr(target, "name", str(target)), quantize, exact_only,
-                [r.name for r in ordered], fixes, unfixable)
+                [r.name for r in ordered], fixes, unfixable, focus)
 
 
-def _unsupported(model: Model, target: Any, quantize: str) -> dict[str, tuple[int, str | None]]:
-    """{TF op type: (unsupported node count, first reason)} in graph order."""
-    out: dict[str, tuple[int, str | None]] = {}
+def _unsupported(model: Model, target: Any, quantize: str
+                 ) -> dict[str, tuple[int, str | None, list[str]]]:
+    """{TF op type: (unsupported node count, first reason, node names)} in graph order."""
+    out: dict[str, tuple[int, str | None, list[str]]] = {}
     if hasattr(target, "check_graph"):
         for v in target.check_graph(model, quantize).verdicts:
             if not v.supported and v.op not in PLUMBING_OPS:
-                count, reason = out.get(v.op, (0, v.reason))
-                out[v.op] = (count + 1, reason)
+                count, reason, nodes = out.get(v.op, (0, v.reason, []))
+                node = getattr(v, "node", None)
+                out[v.op] = (count + 1, reason, nodes + ([node] if node else []))
         return out
     for op, count in _op_histogram(model).items():
         ok, reason = op_status(target, op, quantize)
         if not ok:
-            out[op] = (count, reason)
+            nodes = [n.name for n in model.graph_def.node if n.op == op]
+            out[op] = (count, reason, nodes)
     return out
 
 
@@ -412,7 +441,7 @@ def choose_rules(op: str, target: Any, quantize: str, exact_only: bool,
             exclude: frozenset[str] | set[str] = frozenset()) -> tuple[list[Rule], str]:
     """The rules to run for ``op`` (best first), or ([], why none fits).
 
-    Per rule family (``Rule.family``; alternatives such as elu_exact / elu_no_exp share one),
+    Per rule family (``Rule.family``; alternatives such as elu_exact / elu_ramps share one),
     the best exact rule whose ``emits`` the target runs (its ``fused`` target ops instead when
     the converter fuses them for the target's artifact kind); families complement each other (fold
     BN into the conv where possible, Mul+Add elsewhere). Only when no exact rule fits: the
@@ -475,9 +504,11 @@ def _cached_target_op(cache: dict[str, tuple[bool, str | None]], target: Any, op
     return cache[key][0]
 
 
-def apply(model: Model, the_plan: Plan, import_with_tf: bool = False) -> RewriteResult:
+def apply(model: Model, the_plan: Plan, import_with_tf: bool = False,
+          data: Samples | None = None) -> RewriteResult:
     """Run the plan's rules, one pass each in plan order, to a fixed point."""
-    return apply_rules(model, the_plan.rules, import_with_tf=import_with_tf)
+    return apply_rules(model, the_plan.rules, import_with_tf=import_with_tf, data=data,
+                       focus=the_plan.focus)
 
 
 #: Rounds of plan -> apply -> re-check in :func:`plan_and_apply`.
@@ -485,14 +516,16 @@ MAX_ROUNDS = 4
 
 
 def plan_and_apply(model: Model, target: Any, quantize: str, exact_only: bool = False,
-                   exclude: frozenset[str] | set[str] = frozenset()) -> tuple[Plan, RewriteResult]:
+                   exclude: frozenset[str] | set[str] = frozenset(),
+                   data: Samples | None = None) -> tuple[Plan, RewriteResult]:
     """Plan, apply, and re-check until the target lacks nothing a rule not yet tried can fix.
 
     The first round runs the best rules (exact first). An op still unsupported afterwards is
     planned again with the rules already tried excluded: e.g. the converter fuses both a hard
     swish and a GELU from a ``Mul``; the exact hard-swish rule goes first and does not match a
     GELU, so the next round reaches the GELU rules. The returned plan lists the rules that
-    fired, in order, with the fixes of every round and the ops that stayed unfixable.
+    fired, in order, with the fixes of every round and the ops that stayed unfixable. ``data``:
+    the calibration samples, for rules fitted on the observed range of their input.
     """
     tried = set(exclude)
     current = model
@@ -507,7 +540,7 @@ def plan_and_apply(model: Model, target: Any, quantize: str, exact_only: bool = 
         first = first or p
         if p.empty:
             break
-        res = apply(current, p)
+        res = apply(current, p, data=data)
         fired = {a["rule"] for a in res.applied}
         for f in p.fixes:  # credit the rule that fired (the best one may not have matched)
             done = [r for r in (f["rule"], *f.get("also", [])) if r in fired]

@@ -202,7 +202,9 @@ def _attempt(ctx: _Context, exclude: frozenset[str] = frozenset()) -> Attempt:
     steps, target = ctx.steps, ctx.target
     with steps("rewrite", "planning and rewriting"):
         the_plan, result = passes.plan_and_apply(ctx.model, target, ctx.quantize,
-                                                 ctx.opts.exact_only, exclude)
+                                                 ctx.opts.exact_only, exclude,
+                                                 data=ctx.data.calibration_samples
+                                                 or ctx.data.samples)
     rewritten = result.model
     with steps("check_rewritten"):
         graph_after = target.check_graph(rewritten, ctx.quantize)

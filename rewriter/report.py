@@ -114,11 +114,19 @@ def rules_summary(applied: list[dict[str, Any]]) -> list[dict[str, Any]]:
         entry = by_rule.setdefault(a["rule"], {
             "rule": a["rule"], "count": 0, "exact": a["exact"], "bound": a["bound"],
             "exactness": "exact" if a["exact"] else bound_text(a["bound"]),
-            "roots": [], "nodes": [], "created": []})
+            "roots": [], "nodes": [], "created": [], "bounds": []})
         entry["count"] += 1
         entry["roots"].append(a["root"])
         entry["nodes"].extend(a["nodes"])
         entry["created"].extend(a["created"])
+        if a["bound"]:  # fitted rules state a bound per application: keep each, show the worst
+            entry["bounds"].append({"root": a["root"], **a["bound"]})
+            if a["bound"]["max_abs_error"] > entry["bound"]["max_abs_error"]:
+                entry["bound"] = a["bound"]
+                entry["exactness"] = bound_text(a["bound"])
+    for entry in by_rule.values():
+        if len({(b["max_abs_error"], tuple(b["input_range"])) for b in entry["bounds"]}) <= 1:
+            del entry["bounds"]  # one bound for every application: the rule's own
     return list(by_rule.values())
 
 

@@ -36,12 +36,14 @@ def test_edgetpu_report_states_rules_and_bounds(edgetpu_run):
     # Only what the target lacks is rewritten: batch norm is made of ops the Edge TPU has (and
     # the converter folds it into the conv), ELU is not. The Edge TPU has no EXP either, so ELU
     # needs the bounded form, and the report states its bound.
-    rules = {r["rule"]: r for r in report["rules_applied"]}
-    elu = [r for r in rules.values() if r["rule"].startswith("elu")]
-    assert set(rules) == {elu[0]["rule"]}
-    assert len(elu) == 1 and elu[0]["count"] == 3
-    assert elu[0]["exact"] is False and elu[0]["bound"]["max_abs_error"] < 5e-3
-    assert report["unsupported_before"][0]["fix"] == elu[0]["rule"]
+    # Each ELU is fitted on the range its input takes on the calibration data: one bound each.
+    [elu] = report["rules_applied"]
+    assert elu["rule"] == "elementwise_ramps" and elu["count"] == 3
+    assert elu["exact"] is False and 0 < elu["bound"]["max_abs_error"] < 1e-2
+    assert len(elu["bounds"]) == 3 and {b["root"] for b in elu["bounds"]} == set(elu["roots"])
+    assert all("calibration samples" in b["note"] for b in elu["bounds"])
+    assert elu["bound"]["max_abs_error"] == max(b["max_abs_error"] for b in elu["bounds"])
+    assert report["unsupported_before"][0]["fix"] == elu["rule"]
 
 
 def test_edgetpu_artifact_is_full_int8_and_matches(edgetpu_run):
@@ -66,7 +68,7 @@ def test_edgetpu_outdir_holds_every_output(edgetpu_run):
                  "saved_model/saved_model.pb"):
         assert (out / name).exists(), name
     md = (out / "report.md").read_text()
-    assert "Result: OK" in md and "elu_no_exp" in md and "Vela" not in md
+    assert "Result: OK" in md and "elementwise_ramps" in md and "Vela" not in md
 
 
 def test_rewritten_saved_model_computes_the_original(edgetpu_run, calibration):
@@ -146,5 +148,5 @@ def test_exact_only_refuses_the_approximate_rule_and_says_why(tmp_path, cli):
     assert report["rules_applied"] == []
     (elu,) = [u for u in report["unsupported_before"] if u["op"] == "Elu"]
     assert elu["fix"] is None
-    assert "--exact-only refuses it" in elu["why"] and "elu_no_exp" in elu["why"]
+    assert "--exact-only refuses it" in elu["why"] and "elementwise_ramps" in elu["why"]
     assert "ELU" in {u["op"] for u in report["unsupported_after"]}

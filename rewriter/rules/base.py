@@ -79,9 +79,12 @@ The parts
   rounding (tests hold it to 1e-5 relative). Otherwise ``exact = False`` and
   ``bound = Bound(max_abs_error, (lo, hi))``: the largest |new - old| over inputs in [lo, hi]
   (measured in float64 over a dense grid, stated in the docstring, enforced by the test).
+  A rule fitted to the data (:mod:`rewriter.rules._unary`: a function fitted on the range its
+  input takes on the calibration samples, :func:`rewriter.ranges.observed_range`) sets
+  ``Match.bound`` in its check: each application then states its own bound and range.
 * **fixes / emits / family.** The planner picks a rule for an op the target lacks when the op is
   in ``fixes`` and every op in ``emits`` is supported by the target: per ``family`` (rules that
-  are alternatives for one another, e.g. ``family = "elu"`` for elu_exact and elu_no_exp) the
+  are alternatives for one another, e.g. ``family = "elu"`` for elu_exact and elu_ramps) the
   best exact one; an approximate rule (smallest bound first) only when no exact rule fits. Keep
   ``emits`` complete: an op missing from it could slip past the op table. ``priority`` orders
   equally exact rules, ``order`` the application when several are planned. When the converter
@@ -172,6 +175,8 @@ class Match:
     ``outputs`` lists further tensors of matched nodes that nodes outside the match read (a
     subgraph with several results, e.g. a while loop's exits); a rule that sets it returns a
     ``{old tensor: new tensor}`` dict from :meth:`Rule.rewrite` covering each of them.
+    ``bound``, when a rule's check sets it, is this match's own error bound (a fit on the
+    data's range), stated instead of the rule's nominal one.
     """
 
     root: NodeDef
@@ -180,6 +185,7 @@ class Match:
     consts: dict[str, np.ndarray] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     outputs: list[str] = field(default_factory=list)
+    bound: Bound | None = None
 
     @property
     def node_names(self) -> list[str]:
@@ -299,6 +305,12 @@ class Rule:
     #: when the converter fuses it (e.g. Square/Sum/Maximum/Rsqrt/Mul -> L2_NORMALIZATION). For
     #: a target of that kind the planner checks these ops instead of ``emits``.
     fused: ClassVar[dict[str, frozenset[str]]] = {}
+    #: True when the rule reads the observed range of its input (``rewriter.ranges``): the pass
+    #: manager then measures the inputs of its anchors on the calibration samples.
+    needs_range: ClassVar[bool] = False
+    #: True for generic rules (any elementwise function): they rewrite only the nodes the plan
+    #: found unsupported (``Plan.focus``), else they would rewrite what the target runs too.
+    targeted: ClassVar[bool] = False
 
     # ----------------------------------------------------------- to override
     def pattern(self, g: GraphIndex, node: NodeDef) -> Match | Reject | None:
@@ -376,7 +388,8 @@ class Rule:
             b.created.append(b.op("Identity", [out], "keep_name"))
             g.rename(b.created[-1], root)
             b.created[-1] = root
-        return Applied(self.name, root, matched, list(b.created), self.exact, self.bound)
+        return Applied(self.name, root, matched, list(b.created), self.exact,
+                       m.bound if m.bound is not None else self.bound)
 
     def _apply_many(self, g: GraphIndex, m: Match, b: Builder, out: dict[str, str],
                     protected: set[str]) -> Applied:

@@ -1,0 +1,143 @@
+"""elementwise_ramps: any elementwise region of one tensor, fitted on its observed range, rebuilt
+from CONV_2D/RELU6/RESHAPE/RELU/MUL/ADD; within the bound each application states, exact for
+piecewise-linear functions, int8-clean, and refused with a reason where it cannot fit."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from rewriter.passes import apply_rules
+from rewriter.rules import get_rule
+from rewriter.rules._unary import JUMP_WIDTH, MARGIN
+from rewriter.rules.testing import dense_line, model_from_function, op_types
+
+RULE = get_rule("elementwise_ramps")
+SHAPE = (1, 8, 8, 4)
+LO, HI = -4.0, 4.0
+
+
+def _data(lo: float = LO, hi: float = HI, n: int = 4, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    out = [{"x0": rng.uniform(lo, hi, SHAPE).astype("f4")} for _ in range(n)]
+    out[0]["x0"].flat[:2] = (lo, hi)  # the observed range is exactly [lo, hi]
+    return out
+
+
+def _rewrite(fn, lo: float = LO, hi: float = HI, **kw):
+    model = model_from_function(lambda x: fn(x), [SHAPE])
+    return model, apply_rules(model, [RULE], data=_data(lo, hi), **kw)
+
+
+def _errors(model, result, lo, hi):
+    """|rewritten - original| on a dense line over the fitted range, and the x of each."""
+    (rng,) = {tuple(a["bound"]["input_range"]) for a in result.applied}
+    x = dense_line(rng[0], rng[1], int(np.prod(SHAPE)) * 8).reshape((8, *SHAPE[1:]))
+    got = np.concatenate([result.model.run({"x0": xi[None]})["output_0"] for xi in x])
+    want = np.concatenate([model.run({"x0": xi[None]})["output_0"] for xi in x])
+    return np.abs(got.astype(np.float64) - want).ravel(), x.ravel()
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("softplus", tf.nn.softplus),
+    ("selu", tf.nn.selu),
+    ("celu (Maximum/Minimum/RealDiv/Expm1/Mul/AddV2)", keras.activations.celu),
+    ("log_sigmoid (Neg/Softplus/Neg)", keras.activations.log_sigmoid),
+    ("mish (Softplus/Tanh/Mul)", keras.activations.mish),
+    ("sparse_plus (two SelectV2)", keras.activations.sparse_plus),
+    ("exponential", tf.math.exp),
+])
+def test_the_whole_region_becomes_ramps_within_the_bound_it_states(name, fn):
+    model, result = _rewrite(fn)
+    [applied] = result.applied
+    assert set(op_types(result.model)) <= RULE.emits
+    bound = applied["bound"]
+    lo, hi = bound["input_range"]
+    assert lo == pytest.approx(LO - MARGIN * (HI - LO), abs=1e-3)
+    assert hi == pytest.approx(HI + MARGIN * (HI - LO), abs=1e-3)
+    assert "calibration samples" in bound["note"]
+    err, _ = _errors(model, result, lo, hi)
+    assert err.max() <= bound["max_abs_error"]
+    # the fit's tolerance is a quarter of the output's int8 step: the bound is that small
+    y = model.run({"x0": dense_line(LO, HI, int(np.prod(SHAPE))).reshape(SHAPE)})["output_0"]
+    assert bound["max_abs_error"] <= 1.5 * np.ptp(y) / 255 / 4
+
+
+@pytest.mark.parametrize("fn", [keras.activations.soft_shrink, keras.activations.sparse_sigmoid,
+                                lambda x: tf.clip_by_value(x, -1.0, 2.5)])
+def test_piecewise_linear_functions_are_fitted_exactly(fn):
+    model, result = _rewrite(fn)
+    [applied] = result.applied
+    assert applied["bound"]["max_abs_error"] < 1e-5
+    err, _ = _errors(model, result, LO, HI)
+    assert err.max() < 1e-5
+
+
+def test_a_jump_is_crossed_by_a_narrow_ramp_and_the_bound_says_the_jump():
+    model, result = _rewrite(lambda x: keras.activations.threshold(x, 0.5, 0.0))
+    [applied] = result.applied
+    bound = applied["bound"]
+    assert bound["max_abs_error"] == pytest.approx(0.5, abs=0.01) and "jump" in bound["note"]
+    err, x = _errors(model, result, LO, HI)
+    width = JUMP_WIDTH * (bound["input_range"][1] - bound["input_range"][0])
+    assert err[np.abs(x - 0.5) > 2 * width].max() < 1e-5
+
+
+def test_refuses_without_calibration_data_and_says_so():
+    model = model_from_function(lambda x: tf.nn.softplus(x), [SHAPE])
+    result = apply_rules(model, [RULE])
+    assert result.applied == []
+    assert "calibration data" in result.rejected[0]["reason"]
+
+
+def test_refuses_a_function_not_finite_on_the_observed_range():
+    model, result = _rewrite(tf.math.log, lo=0.0, hi=4.0)
+    assert result.applied == [] and "not finite" in result.rejected[0]["reason"]
+
+
+def test_a_domain_edge_in_the_margin_narrows_the_margin_instead():
+    model, result = _rewrite(tf.math.log, lo=0.5, hi=4.0)
+    [applied] = result.applied
+    lo, _ = applied["bound"]["input_range"]
+    assert 0.0 < lo < 0.5
+
+
+def test_two_different_inputs_are_not_one_function():
+    model = model_from_function(lambda x, y: tf.exp(x) * y, [SHAPE, SHAPE])
+    data = [dict(_data()[0], x1=np.ones(SHAPE, "f4"))]
+    result = apply_rules(model, [RULE], data=data)
+    # the Exp alone is a region of one input; the Mul by y stays
+    assert [a["nodes"] for a in result.applied] == [["Exp"]]
+    assert op_types(result.model)["Mul"] == 1
+
+
+def test_float16_is_refused():
+    model = model_from_function(lambda x: tf.nn.softplus(x), [SHAPE], dtype="float16")
+    data = [{"x0": np.zeros(SHAPE, "f2")}]
+    result = apply_rules(model, [RULE], data=data)
+    assert result.applied == [] and "float16" in result.rejected[0]["reason"]
+
+
+def test_targeted_only_the_focus_nodes_are_rewritten():
+    model = model_from_function(lambda x, y: tf.nn.softplus(x) + tf.exp(y), [SHAPE, SHAPE])
+    exp = next(n.name for n in model.graph_def.node if n.op == "Exp")
+    data = [dict(_data()[0], x1=_data(seed=1)[0]["x0"])]
+    result = apply_rules(model, [RULE], data=data, focus=[exp])
+    ops = op_types(result.model)
+    assert "Exp" not in ops and ops["Softplus"] == 1
+
+
+def test_int8_conversion_keeps_every_op_int8_and_the_error_near_one_output_step(tmp_path):
+    from rewriter.rules.testing import int8_tflite
+
+    for fn in (tf.nn.selu, keras.activations.mish, keras.activations.sparse_plus):
+        model, result = _rewrite(fn)
+        ops, rel = int8_tflite(result.model, LO, HI)
+        _, rel_plain = int8_tflite(model, LO, HI)
+        assert {o for o, dt in ops if dt == "float32"} <= {"DEQUANTIZE"}  # float I/O only
+        assert {o for o, _ in ops} <= {"QUANTIZE", "DEQUANTIZE", "RESHAPE", "CONV_2D", "RELU",
+                                        "MUL", "ADD"}
+        assert rel < 0.012, fn  # about 1.5 steps of the output's int8 scale (1/255)
+        assert rel < max(rel_plain, 0.012)
