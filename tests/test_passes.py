@@ -28,6 +28,8 @@ from rewriter.rules.testing import conv_bn_elu_chain, model_from_function, op_ty
 
 BASIC = {"Conv2D", "Relu", "Sub", "AddV2", "Mul", "BiasAdd", "Maximum", "Minimum", "Mean",
          "Rsqrt", "Exp"}
+#: What the fitted ramps need besides (CONV_2D, RELU6 and RESHAPE: every int8 accelerator).
+RAMPS = BASIC | {"Relu6", "Reshape"}
 
 
 class FakeTarget:
@@ -53,14 +55,21 @@ def test_planner_picks_the_exact_elu_rule_when_the_target_has_exp():
     assert p.unfixable == []
 
 
-def test_planner_falls_back_to_the_bounded_elu_without_exp():
+def test_planner_falls_back_to_the_fitted_ramps_without_exp_and_targets_the_elu_node():
+    model = _elu_model()
+    p = plan(model, FakeTarget(RAMPS - {"Exp"}), "int8")
+    assert p.rules == ["elementwise_ramps"]
+    assert p.fixes[0]["exact"] is False and p.fixes[0]["bound"]["max_abs_error"] > 0
+    assert p.focus == [n.name for n in model.graph_def.node if n.op == "Elu"]
+
+
+def test_without_a_target_that_lacks_conv_or_relu6_the_ramps_cannot_be_planned():
     p = plan(_elu_model(), FakeTarget(BASIC - {"Exp"}), "int8")
-    assert p.rules == ["elu_no_exp"]
-    assert p.fixes[0]["exact"] is False and p.fixes[0]["bound"]["max_abs_error"] == 1.1e-3
+    assert p.rules == [] and "elementwise_ramps emits Relu6, Reshape" in p.unfixable[0]["why"]
 
 
 def test_exact_only_refuses_the_approximation_and_reports_the_op():
-    p = plan(_elu_model(), FakeTarget(BASIC - {"Exp"}), "int8", exact_only=True)
+    p = plan(_elu_model(), FakeTarget(RAMPS - {"Exp"}), "int8", exact_only=True)
     assert p.rules == []
     [item] = p.unfixable
     assert item["op"] == "Elu" and item["count"] == 1
@@ -97,7 +106,7 @@ def test_apply_runs_the_plan_and_lists_rule_nodes_matched_and_created():
 
 def test_rule_for_op_names_the_best_exact_rule():
     assert rule_for_op("Elu") == "elu_exact"
-    assert [r.name for r in rules_for_op("Elu")][:2] == ["elu_exact", "elu_no_exp"]
+    assert [r.name for r in rules_for_op("Elu")][:2] == ["elu_exact", "elementwise_ramps"]
     assert rule_for_op("FusedBatchNormV3") == "batchnorm_fold_into_conv"
     assert rule_for_op("NoSuchOp") is None
 
@@ -282,7 +291,7 @@ def test_planner_works_with_the_real_op_tables():
     mean = next(f for f in u55.fixes if f["op"] == "Mean")
     assert "depth" in mean["reason"]
     etpu = plan(model, load_target("edgetpu"), "int8")
-    assert "elu_no_exp" in etpu.rules and "elu_exact" not in etpu.rules  # no EXP on Edge TPU
+    assert "elementwise_ramps" in etpu.rules and "elu_exact" not in etpu.rules  # no EXP
 
 
 def test_graph_index_rename_rewrites_data_and_control_references():

@@ -11,11 +11,11 @@ from tests.rules._activation_checks import outputs, rewritten, tflite_ops
 RULE = SeluExact()
 
 
-def test_replaces_selu_with_relu_minimum_exp_mul_add():
+def test_replaces_selu_with_relu_sub_exp_mul_add():
     _, result = rewritten(tf.nn.selu, RULE, (8,))
     ops = op_types(result.model)
     assert "Selu" not in ops
-    assert set(ops) == {"Relu", "Minimum", "Exp", "Mul", "AddV2"}
+    assert set(ops) == {"Relu", "Sub", "Exp", "Mul", "AddV2"}
 
 
 def test_does_not_fire_on_bfloat16_and_says_why():
@@ -32,3 +32,12 @@ def test_tflite_float_has_no_select_or_greater(tmp_path):
     _, result = rewritten(tf.nn.selu, RULE)
     ops, _ = tflite_ops(result.model, tmp_path)
     assert not ops & {"SELECT", "SELECT_V2", "GREATER"} and "EXP" in ops
+
+
+def test_int8_keeps_the_positive_half_no_shared_scale_clipping():
+    from rewriter.rules.testing import int8_tflite
+
+    _, result = rewritten(tf.nn.selu, RULE)
+    ops, rel = int8_tflite(result.model, -4.0, 4.0)
+    assert {o for o, dt in ops if dt == "float32"} <= {"DEQUANTIZE"}
+    assert rel < 0.03  # with MINIMUM(x, 0) the positive half was clipped: error 1.0
