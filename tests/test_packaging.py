@@ -105,7 +105,7 @@ def test_installed_wheel_checks_and_runs_the_quick_start_model(installed):
     assert proc.returncode == 1, proc.stderr  # ELU: the Edge TPU lacks it until rewritten
     result = json.loads(proc.stdout)
     assert result["target"] == "edgetpu" and result["ok"] is False
-    assert {u["fix"] for u in result["unsupported"] if u["fix"]} >= {"elu_no_exp"}
+    assert {u["fix"] for u in result["unsupported"] if u["fix"]} >= {"elementwise_ramps"}
 
     proc = _run([rewrite, "model.keras", "--target", "edgetpu", "--calibration",
                  "calibration.npy", "-o", "out"], cwd=work, env=env)

@@ -94,12 +94,15 @@ def check_model(args: argparse.Namespace, target: Any, quantize: str, ui: Any) -
 
     with ui.step(f"loading {args.model}"):
         model = load_from_args(args)
+    from rewriter.stages import job_data
+
+    data = job_data(model, quantize)  # what `rewrite run` calibrates on without --calibration
     graph = target.check_graph(model, quantize)
-    planned = _planned_fixes(model, target, quantize)
+    planned = _planned_fixes(model, target, quantize, data)
     result["graph"] = _level_json(graph, planned)
     if args.graph_only:
         return _decide(result, False)
-    deployment = _deploy(model, target, quantize, args, steps, result)
+    deployment = _deploy(model, target, quantize, args, steps, result, data)
     if deployment.exported.error is not None:
         result["export_error"] = deployment.exported.error.to_json()
     if deployment.verdict is not None:
@@ -107,22 +110,22 @@ def check_model(args: argparse.Namespace, target: Any, quantize: str, ui: Any) -
     return _decide(result, deployment.verdict is not None)
 
 
-def _planned_fixes(model: Any, target: Any, quantize: str) -> dict[str, str]:
+def _planned_fixes(model: Any, target: Any, quantize: str, data: Any) -> dict[str, str]:
     """TF op -> the rule that fixed it when the model is planned and rewritten for the target
-    (rewriting is quick; nothing is exported)."""
+    on the job's data (rules fitted on a tensor's range need it; nothing is exported)."""
     from rewriter.passes import plan_and_apply
 
-    the_plan, _ = plan_and_apply(model, target, quantize)
+    the_plan, _ = plan_and_apply(model, target, quantize,
+                                 data=data.calibration_samples or data.samples)
     return the_plan.rules_by_op()
 
 
 def _deploy(model: Any, target: Any, quantize: str, args: argparse.Namespace, steps: Any,
-            result: dict[str, Any]) -> Any:
+            result: dict[str, Any], data: Any) -> Any:
     """Export to a temp dir, never next to the input, calibrated and with the I/O types as
     ``rewrite run`` would (:func:`rewriter.stages.job_data`), and judge the file."""
-    from rewriter.stages import deploy, job_data
+    from rewriter.stages import deploy
 
-    data = job_data(model, quantize)
     with tempfile.TemporaryDirectory(prefix="rewrite_check_") as tmp:
         deployment = deploy(model, target, quantize, Path(tmp) / f"model.{target.artifact}",
                             steps, data.calibration_samples,

@@ -73,6 +73,8 @@ def graph_facts(model: Model, target: Target, quantize: str) -> list[OpFacts]:
             lowered = ["MUL"]
         elif tflite and node.op in _BATCH_MATMULS and _const_input(node, consts, 1):
             lowered = ["FULLY_CONNECTED"]  # constant weights: the converter emits an FC
+        elif tflite and node.op == "SelectV2" and _select_v1(node, consts, shapes):
+            lowered = ["SELECT"]  # TF 2.21: no constant operand, equal shapes (ELU(alpha))
         if lowered is None:
             base.op, base.custom = f"Flex{node.op}", True
             if target.artifact == "onnx":
@@ -101,6 +103,18 @@ def _loop_facts(node: str, target: Target, quantize: str) -> list[OpFacts]:
     return [OpFacts(node, t, source_op="While", note=note,
                     dtype=tf_level_dtype(t, "float32", quantize, target.artifact))
             for t in lowered]
+
+
+def _select_v1(node: Any, consts: set[str], shapes: dict[str, Shape]) -> bool:
+    """Whether the converter emits SELECT (not SELECT_V2) for this SelectV2: seen with TF 2.21
+    when no operand is constant and all three have the same static shape."""
+    from rewriter.graph import parse_input
+
+    data = [r for r in node.input if not r.startswith("^")]
+    if len(data) != 3 or any(parse_input(r)[0] in consts for r in data):
+        return False
+    found = [shapes.get(_tensor_name(r)) for r in data]
+    return found[0] is not None and all(s == found[0] for s in found)
 
 
 def _const_input(node: Any, consts: set[str], i: int) -> bool:
