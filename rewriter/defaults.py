@@ -21,3 +21,5 @@ CALIBRATION_SEED = 1
 VERIFY_SAMPLES = 8
 #: Seed of synthetic verification samples.
 VERIFY_SEED = 0
+#: Fine-tuning epochs of ``--recover``.
+RECOVER_EPOCHS = 20

@@ -21,11 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from rewriter.defaults import CALIBRATION_SAMPLES, VERIFY_SAMPLES
+from rewriter.defaults import CALIBRATION_SAMPLES, RECOVER_EPOCHS, VERIFY_SAMPLES
 from rewriter.model import Model
 from rewriter.passes import Plan, RewriteResult
+from rewriter.recover import Recovery
 from rewriter.stages import (
     ArtifactRun,
+    Bar,
     Deployment,
     JobData,
     Progress,
@@ -60,6 +62,9 @@ class JobOptions:
     run_vela: bool = True
     check_each_rule: bool = False  # compare outputs after every rule (names a breaking rule)
     divergence_samples: int = 2  # samples for the intermediate-tensor comparison
+    recover: bool = False  # fine-tune by distillation after export (rewriter.recover)
+    epochs: int = RECOVER_EPOCHS
+    seed: int = 0
 
 
 @dataclass
@@ -126,6 +131,7 @@ class Job:
     attempt: Attempt
     retry: Retry | None
     timings: dict[str, float]
+    recovery: Recovery | None = None  # --recover: the attempt is the fine-tuned one
 
     @property
     def ok(self) -> bool:
@@ -159,8 +165,10 @@ class _Context:
 
 
 def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | None = None,
-            progress: Progress = no_progress) -> JobResult:
-    """Run the whole job for ``model`` on ``target``, writing artifacts into ``outdir``."""
+            progress: Progress = no_progress, bar: Bar | None = None) -> JobResult:
+    """Run the whole job for ``model`` on ``target``, writing artifacts into ``outdir``;
+    ``bar(description, total)`` (a context giving ``advance(n, text)``) shows the epochs of
+    ``--recover``."""
     from rewriter.report import build_report, write_reports
     from rewriter.report_html import write_html
 
@@ -170,7 +178,8 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
     with steps("check_before", "checking the model against the op table"):
         before = target.check_graph(model, quantize)
     data = job_data(model, quantize, opts.calibration, opts.inputs, opts.samples,
-                    opts.calibration_samples, opts.input_ranges, opts.pixels)
+                    opts.calibration_samples, opts.input_ranges, opts.pixels,
+                    hold_out=opts.recover)
     with steps("run_original", "running the original model"):
         reference = _run_all(model, data.samples)
     ctx = _Context(model, target, quantize, opts, outdir, data, reference, steps)
@@ -182,7 +191,10 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
         # (the first failed too); the retry says what was tried and why.
         attempt = _attempt(ctx, frozenset(retry.exclude))
         retry.ok = attempt.ok
-    job = Job(model, target, quantize, before, data, attempt, retry, steps.timings)
+    recovery = None
+    if opts.recover and attempt.deployment.exported.ok:
+        attempt, recovery = _recover(ctx, attempt, bar)
+    job = Job(model, target, quantize, before, data, attempt, retry, steps.timings, recovery)
     report = build_report(job)
     files = {"saved_model": attempt.saved_model}
     if attempt.deployment.exported.ok:
@@ -233,6 +245,64 @@ def _attempt(ctx: _Context, exclude: frozenset[str] = frozenset()) -> Attempt:
             warnings.append(layers.describe())
     return Attempt(the_plan, result, graph_after, tf_cmp, diagnostics, saved_model, deployment,
                    artifact, warnings, layers)
+
+
+def _recover(ctx: _Context, attempt: Attempt, bar: Bar | None) -> tuple[Attempt, Recovery]:
+    """Fine-tune the rewritten graph by distillation from the original (int8 simulated for an
+    int8 artifact, at the ranges the converter chose), then export, check and run it again;
+    the returned attempt is the fine-tuned one, the rules' proof (``tf``) the first's."""
+    import contextlib
+
+    from rewriter.export.saved_model import export_saved_model
+    from rewriter.recover import float_comparison, recover
+    from rewriter.report_html import error_histograms
+    from rewriter.verify.int8_layers import tensor_ranges
+
+    steps, target, opts = ctx.steps, ctx.target, ctx.opts
+    rewritten = attempt.rewrite.model
+    int8 = ctx.quantize == "int8" and target.artifact == "tflite"
+    ranges = tensor_ranges(attempt.deployment.exported.path, rewritten) if int8 else None
+    train = ctx.data.calibration_samples or []
+    shown = bar(f"fine-tuning ({opts.epochs} epochs)", opts.epochs) if bar else None
+    with steps("recover", None if bar else f"fine-tuning ({opts.epochs} epochs)"), \
+            (shown or contextlib.nullcontext()) as advance:
+        result = recover(ctx.model, rewritten, train, epochs=opts.epochs, seed=opts.seed,
+                         int8_ranges=ranges, on_epoch=(lambda e, loss: advance(
+                             1, f"loss {loss:.4g}")) if advance else None)
+    tuned = result.model
+    with steps("verify_recovered", "running the fine-tuned graph"):
+        float_after = float_comparison(ctx.reference, tuned, ctx.data.samples)
+    with steps("saved_model", "writing the fine-tuned SavedModel"):
+        saved_model = export_saved_model(tuned, ctx.outdir / "saved_model").path
+    deployment = deploy(tuned, target, ctx.quantize, ctx.outdir / f"model.{target.artifact}",
+                        steps, train, opts.int8_io, opts.run_vela, ctx.outdir)
+    first_layers = attempt.int8_layers.describe() if attempt.int8_layers else None
+    warnings = [w for w in attempt.warnings if w != first_layers]
+    artifact = layers = None
+    histograms = dict(attempt.diagnostics.histograms)
+    if deployment.exported.result is not None:
+        with steps("verify_artifact", "running the artifact"):
+            artifact = run_artifact(deployment.exported.path, artifact_runtime(target),
+                                    ctx.quantize, ctx.model, ctx.data.samples, ctx.reference)
+        histograms["artifact"] = error_histograms(ctx.reference, artifact.outputs)
+        if int8:
+            layers = _int8_layers(ctx, deployment.exported.path, tuned)
+            if not artifact.ok:
+                warnings.append(layers.describe())
+    recovery = Recovery(result, attempt.artifact, artifact, float_after, len(ctx.data.samples))
+    if artifact is not None and attempt.artifact is not None and (
+            _worst(artifact) < _worst(attempt.artifact)):
+        warnings.append("--recover made the artifact worse on the held-back inputs (min cosine "
+                        f"{_worst(attempt.artifact):.5f} -> {_worst(artifact):.5f}); run "
+                        "without it, or with more calibration data")
+    diagnostics = Diagnostics(histograms, attempt.diagnostics.divergence,
+                              attempt.diagnostics.per_rule)
+    return Attempt(attempt.plan, attempt.rewrite, attempt.graph_after, attempt.tf, diagnostics,
+                   saved_model, deployment, artifact, warnings, layers), recovery
+
+
+def _worst(run: ArtifactRun) -> float:
+    return min((o.cosine for o in run.comparison.outputs), default=1.0)
 
 
 def _int8_layers(ctx: _Context, path: Path, rewritten: Model) -> Int8Layers:

@@ -42,7 +42,12 @@ def build_report(job: Job) -> dict[str, Any]:
     report["unsupported_before"] = with_fixes(job.before.unsupported_summary(),
                                               attempt.plan.rules_by_op(), why)
     report.update(_attempt_report(attempt, why))
+    if job.recovery is not None:
+        report["recover"] = job.recovery.to_json()
+        report["equivalence"]["recovered_tf"] = job.recovery.float_after.to_json()
     report["summary"] = summary(report, attempt, job.data.verification.synthetic)
+    if job.recovery is not None:
+        report["summary"] = report["summary"][:-1] + "; " + job.recovery.describe() + "."
     return report
 
 

@@ -43,6 +43,8 @@ from rewriter.verify.tolerance import DEFAULT_POLICY, TolerancePolicy
 
 Feeds = dict[str, np.ndarray]
 Progress = Callable[[str], contextlib.AbstractContextManager[None]]
+#: ``bar(description, total)``: a context giving ``advance(steps, text)`` (a progress bar).
+Bar = Callable[[str, int], contextlib.AbstractContextManager[Callable[[int, str], None]]]
 
 #: The runtime each artifact kind runs in (the report names it).
 RUNTIME_TITLES = {"litert": "LiteRT", "onnxruntime": "ONNX Runtime", "tflm": "TFLite Micro"}
@@ -107,10 +109,15 @@ def job_data(model: Model, quantize: str, calibration: str | None = None,
              inputs: str | None = None, samples: int = VERIFY_SAMPLES,
              calibration_samples: int = CALIBRATION_SAMPLES,
              ranges: Mapping[str, tuple[float, float]] | None = None,
-             pixels: Any = None) -> JobData:
+             pixels: Any = None, hold_out: bool = False) -> JobData:
     """Verification samples (``inputs``, else the calibration data, else seeded synthetic) and
-    the calibration set (``calibration``, else seeded synthetic when ``quantize`` is int8),
-    mapped the way the model expects (its input Rescaling/Normalization, or ``pixels``)."""
+    the calibration set (``calibration``, else seeded synthetic when ``quantize`` is int8, or
+    when ``hold_out``), mapped the way the model expects (its input Rescaling/Normalization, or
+    ``pixels``).
+
+    ``hold_out`` (``--recover``: fine-tuning learns from the calibration set) keeps the two
+    sets apart: verification samples drawn from the calibration data are its last quarter (at
+    most ``samples``), no longer part of the calibration set."""
     from rewriter.verify.data import gather
     from rewriter.verify.input_scaling import input_scaling
 
@@ -122,8 +129,18 @@ def job_data(model: Model, quantize: str, calibration: str | None = None,
         if cal.nonfinite():
             raise UserError(f"{calibration}: calibration data holds {cal.nonfinite()} NaN/Inf "
                             "value(s); the int8 converter cannot calibrate on them: remove them")
-    if inputs:
+    same = bool(inputs and calibration and Path(inputs).resolve() == Path(calibration).resolve())
+    if inputs and not (hold_out and same):
         data = gather(inputs, model.inputs, samples=samples, **common)
+    elif cal and hold_out:
+        if len(cal.samples) < 2:
+            raise UserError(f"{calibration}: --recover needs at least 2 calibration samples "
+                            "(it holds some back to measure on)")
+        held = max(1, min(samples, len(cal.samples) // 4))
+        data = cal.tail(held)
+        cal = cal.head(len(cal.samples) - held)
+        data.notes.insert(0, f"held back from --calibration: its last {held} sample(s), "
+                             "which fine-tuning never sees")
     elif cal:
         data = cal.head(samples)
     else:
@@ -131,10 +148,11 @@ def job_data(model: Model, quantize: str, calibration: str | None = None,
         verify_warning = (f"verified on {len(data.samples)} synthetic inputs (seeded; "
                           + "; ".join(f"{k}: {v}" for k, v in data.mapping.items())
                           + "); give --data or --calibration with real data to measure on it")
-    if quantize == "int8" and cal is None:
+    if (quantize == "int8" or hold_out) and cal is None:
         cal = gather(None, model.inputs, samples=calibration_samples, seed=CALIBRATION_SEED,
                      **common)
-        cal_warning = ("int8 calibrated on synthetic inputs: accuracy on real data is "
+        what = "int8 calibrated" if quantize == "int8" else "fine-tuned"
+        cal_warning = (f"{what} on synthetic inputs: accuracy on real data is "
                        "unmeasured; give --calibration (.npy, .npz or an image directory)")
     return JobData(data, cal, verify_warning, cal_warning)
 

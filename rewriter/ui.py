@@ -55,6 +55,29 @@ class UI:
         self._console.print(f"[dim]{description}: {time.perf_counter() - start:.1f}s[/dim]")
 
 
+    @contextlib.contextmanager
+    def bar(self, description: str, total: int) -> Iterator[Any]:
+        """A progress bar on a terminal; yields ``advance(steps, text)``; silent otherwise."""
+        if self._console is None:
+            yield lambda steps=1, text="": None
+            return
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        start = time.perf_counter()
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("{task.fields[text]}"), TimeRemainingColumn(),
+                      console=self._console, transient=True) as shown:
+            task = shown.add_task(description, total=total, text="")
+            yield lambda steps=1, text="": shown.update(task, advance=steps, text=text)
+        self._console.print(f"[dim]{description}: {time.perf_counter() - start:.1f}s[/dim]")
+
+
 def _json_default(obj: Any) -> Any:
     import numpy as np
 

@@ -23,7 +23,8 @@ from rewriter.commands._common import (
     pixel_map,
     rewrite_reports,
 )
-from rewriter.defaults import DEFAULT_OPSET, QUANTIZE_MODES, VERIFY_SAMPLES
+from rewriter.defaults import DEFAULT_OPSET, QUANTIZE_MODES, RECOVER_EPOCHS, VERIFY_SAMPLES
+from rewriter.errors import UserError
 
 HELP = "rewrite a model for a target, export it, and prove it (the main job)"
 
@@ -58,6 +59,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-vela", action="store_true", help="do not run Vela for Ethos-U")
     parser.add_argument("--json", action="store_true", help="print report.json to stdout")
     add_pixel_arguments(parser)
+    r = parser.add_argument_group("winning back accuracy")
+    r.add_argument("--recover", action="store_true",
+                   help="after export, fine-tune the rewritten graph's weights by distillation "
+                        "from the original on the calibration inputs (int8 simulated in the "
+                        "loop), export and verify again on held-back inputs")
+    r.add_argument("--epochs", type=int, default=RECOVER_EPOCHS,
+                   help=f"fine-tuning epochs of --recover (default {RECOVER_EPOCHS})")
+    r.add_argument("--seed", type=int, default=0, help="seed of --recover's shuffling (default 0)")
 
 
 def run(args: argparse.Namespace, ui: Any) -> int:
@@ -69,6 +78,8 @@ def run(args: argparse.Namespace, ui: Any) -> int:
 
     target = load_target(args.target, args.opset)
     pixels = pixel_map(args)
+    if args.epochs < 1:
+        raise UserError("--epochs must be at least 1")
     inputs = [args.model, args.calibration, args.verify_inputs]
     with staged_output(args.out, inputs, RUN_OUTPUTS, "run") as stage:
         isolate.prestart()  # the converter's process imports TensorFlow while we load
@@ -84,8 +95,9 @@ def run(args: argparse.Namespace, ui: Any) -> int:
                              calibration=args.calibration, inputs=args.verify_inputs,
                              samples=max(1, args.samples), run_vela=not args.no_vela,
                              int8_io=False if args.float_io else None,
-                             check_each_rule=args.check_each_rule)
-        result = run_job(model, target, stage.path, options, progress=ui.step)
+                             check_each_rule=args.check_each_rule, recover=args.recover,
+                             epochs=args.epochs, seed=args.seed)
+        result = run_job(model, target, stage.path, options, progress=ui.step, bar=ui.bar)
         rewrite_reports(stage, result)
     if ui.json_mode:
         ui.json(result.report)

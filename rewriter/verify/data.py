@@ -170,6 +170,14 @@ class Data:
         return Data(self.samples[:n], self.source, self.format, dict(self.mapping),
                     list(self.notes), recipe, list(self.warnings))
 
+    def tail(self, n: int) -> Data:
+        """The last ``n`` samples, same provenance (the recipe skips the others)."""
+        n = min(n, len(self.samples))
+        skip = len(self.samples) - n + int(self.recipe.get("skip", 0))
+        recipe = dict(self.recipe) | {"samples": n, "skip": skip}
+        return Data(self.samples[len(self.samples) - n:], self.source, self.format,
+                    dict(self.mapping), list(self.notes), recipe, list(self.warnings))
+
     def to_json(self) -> dict[str, Any]:
         inputs: dict[str, Any] = {}
         for name in self.samples[0] if self.samples else ():
@@ -224,6 +232,12 @@ def gather(path: str | os.PathLike | None, specs: Sequence[Spec], *, samples: in
 def from_recipe(recipe: Mapping[str, Any], specs: Sequence[Spec],
                 scaling: Mapping[str, Any] | None = None) -> Data:
     """The samples a ``Data.recipe`` describes, drawn again (UserError when its file is gone)."""
+    skip = int(recipe.get("skip") or 0)
+    if skip:
+        whole = from_recipe(dict(recipe) | {"skip": 0,
+                                            "samples": skip + int(recipe["samples"])},
+                            specs, scaling)
+        return whole.tail(int(recipe["samples"]))
     n = int(recipe.get("samples") or 1)
     if recipe.get("source") == "synthetic":
         ranges = {k: (np.asarray(v[0], np.float64) if isinstance(v[0], list) else v[0],

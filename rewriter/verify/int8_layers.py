@@ -223,6 +223,24 @@ def int8_layer_errors(path: str | os.PathLike, model: Model,
                       time.perf_counter() - start)
 
 
+def tensor_ranges(path: str | os.PathLike, model: Model) -> dict[str, tuple[float, float]]:
+    """Float node -> the (min, max) its int8 tensor in ``path`` can hold (scale and zero point
+    of the tensor the converter made of it), for the nodes matched as above."""
+    tfl = _Tensors(path)
+    matches, _ = _match(tfl, model)
+    out = {}
+    for i, node in matches.items():
+        d = tfl.details[i]
+        q = d.get("quantization_parameters") or {}
+        scales = np.asarray(q.get("scales", []), np.float64)
+        if np.dtype(d["dtype"]).type not in _QUANTISED or scales.size != 1:
+            continue
+        info = np.iinfo(np.dtype(d["dtype"]))
+        zp = float(np.asarray(q.get("zero_points", [0]))[0])
+        out[node] = ((info.min - zp) * float(scales[0]), (info.max - zp) * float(scales[0]))
+    return out
+
+
 def layer_of(node: str, top: str | None) -> str:
     """The layer a node belongs to: the scope under the model's top scope (Keras layers), else
     the node's parent scope."""

@@ -21,7 +21,8 @@ from typing import Any
 from rewriter.errors import UserError
 
 REPORT = "report.json"
-_ROLES = {"artifact": "the exported artifact", "rewritten_tf": "the rewritten TF graph"}
+_ROLES = {"artifact": "the exported artifact", "rewritten_tf": "the rewritten TF graph",
+          "recovered_tf": "the fine-tuned TF graph (--recover), informative"}
 
 
 @dataclass
@@ -39,7 +40,7 @@ class Job:
         report has no such comparison or A is another model."""
         if not self.same_input:
             return None
-        outputs = ((self.report.get("equivalence") or {}).get(self.role) or {}).get("outputs")
+        outputs = ((self.report.get("equivalence") or {}).get(self.stage) or {}).get("outputs")
         if not outputs:
             return None
         atol = {k: _num(v["atol"]) for k, v in outputs.items()}
@@ -48,10 +49,19 @@ class Job:
                if v.get("min_cosine") is not None}
         return atol, rtol, cos or None
 
+    @property
+    def stage(self) -> str:
+        """The job's comparison of this file: after ``--recover`` the SavedModel holds the
+        fine-tuned graph, compared informatively (``recovered_tf``)."""
+        eq = self.report.get("equivalence") or {}
+        if self.role == "rewritten_tf" and "recovered_tf" in eq:
+            return "recovered_tf"
+        return self.role
+
     def describe(self) -> str:
-        outputs = self.report["equivalence"][self.role]["outputs"]
+        outputs = self.report["equivalence"][self.stage]["outputs"]
         rules = sorted({_rule_text(v) for v in outputs.values()})
-        return f"{self.report_path}, {_ROLES[self.role]}: {'; '.join(rules)}"
+        return f"{self.report_path}, {_ROLES[self.stage]}: {'; '.join(rules)}"
 
     def data(self, specs: Sequence[Any]) -> Any:
         """The job's verification samples drawn again, or None (with why in ``self.missing``)."""
