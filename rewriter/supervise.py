@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rewriter.errors import InternalError, UserError
+from rewriter.errors import InternalError, UserError, first_line
 
 #: Set in the child's environment: the directory holding its stage file and native log.
 ENV_DIR = "REWRITER_SUPERVISOR_DIR"
@@ -174,6 +174,10 @@ def exit_code_for(exc: BaseException) -> tuple[int, str]:
         return 3, _one_line(f"internal error: {exc}")
     if isinstance(exc, KeyboardInterrupt):
         return 2, f"interrupted while {current_stage()}"
+    if isinstance(exc, BrokenPipeError):  # `rewrite ... | head`: stop writing, quietly
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 2, "the output was closed before rewrite finished (broken pipe)"
     if isinstance(exc, OSError) and exc.errno in _ENV_ERRNOS:
         where = f"{exc.filename}: " if exc.filename else ""
         return 2, _one_line(f"{where}{exc.strerror or exc}{_os_hint(exc.errno)}")
@@ -182,13 +186,13 @@ def exit_code_for(exc: BaseException) -> tuple[int, str]:
                    "fewer --samples, or run on a machine with more memory")
     text = str(exc)
     if _is_tf_error(exc) and any(t in text for t in _ENV_TEXTS):
-        return 2, _one_line(f"cannot write while {current_stage()}: {_first(text)}")
+        return 2, _one_line(f"cannot write while {current_stage()}: {first_line(text)}")
     if isinstance(exc, SystemExit):
         code = exc.code if isinstance(exc.code, int) else 3
         return (code, "") if code in (0, 1, 2, 3) else (3, f"internal error: exit {code}")
     log = keep_log("".join(traceback.format_exception(exc)), "internal")
     return 3, _one_line(f"internal error while {current_stage()}: {type(exc).__name__}: "
-                        f"{_first(text)} (a bug in rewriter; traceback kept at {log})")
+                        f"{first_line(text)} (a bug in rewriter; traceback kept at {log})")
 
 
 def _os_hint(code: int | None) -> str:
@@ -203,11 +207,6 @@ def _is_tf_error(exc: BaseException) -> bool:
     tf = sys.modules.get("tensorflow")
     errors = getattr(tf, "errors", None)
     return errors is not None and isinstance(exc, errors.OpError)
-
-
-def _first(text: str) -> str:
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return (lines[0] if lines else "")[:300]
 
 
 def _one_line(text: str) -> str:

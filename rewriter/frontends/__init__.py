@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rewriter.errors import UserError
+from rewriter.errors import UserError, first_line
 from rewriter.frontends.limits import check_memory, check_numeric
 from rewriter.frontends.options import LoadOptions
 from rewriter.model import Model
@@ -106,7 +106,7 @@ def _with_output_specs(model: Model) -> Model:
     try:
         fn = model.concrete_function()
     except Exception as exc:  # import_graph_def / prune failures: the graph is not usable
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        first = first_line(exc)
         raise UserError(f"{model.source.path}: graph cannot be imported into TensorFlow: "
                         f"{first[:200]}") from None
     outs = []

@@ -15,7 +15,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from rewriter.errors import UserError
+from rewriter.errors import UserError, first_line
 from rewriter.frontends._common import NON_OUTPUT_OPS
 from rewriter.frontends.graphdef import model_from_graphdef
 from rewriter.frontends.options import LoadOptions
@@ -67,7 +67,7 @@ def load_checkpoint(path: str, options: LoadOptions) -> Model:
         try:
             saver = tf.compat.v1.train.import_meta_graph(meta_def, clear_devices=True)
         except Exception as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            first = first_line(exc)
             raise UserError(f"{meta}: cannot read the MetaGraph: {first[:200]}") from None
         graph_def = graph.as_graph_def()
         with tf.compat.v1.Session(graph=graph) as sess:
@@ -77,7 +77,7 @@ def load_checkpoint(path: str, options: LoadOptions) -> Model:
             try:
                 saver.restore(sess, prefix)
             except Exception as exc:
-                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                first = first_line(exc)
                 raise UserError(f"{prefix}: cannot restore the checkpoint into its .meta graph:"
                                 f" {first[:200]}") from None
             names = [o.split(":")[0] for o in outputs]

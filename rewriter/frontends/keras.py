@@ -23,7 +23,13 @@ from rewriter.frontends._common import (
 from rewriter.frontends.cut import apply_cut
 from rewriter.frontends.limits import check_memory
 from rewriter.frontends.options import LoadOptions
-from rewriter.frontends.safety import UNSAFE_HINT, graph_findings, keras_file_findings, refuse
+from rewriter.frontends.safety import (
+    H5_ERRORS,
+    UNSAFE_HINT,
+    graph_findings,
+    keras_file_findings,
+    refuse,
+)
 from rewriter.model import Model, Source, TensorSpec
 
 
@@ -35,8 +41,9 @@ def h5_keras_version(path: str) -> str | None:
         with h5py.File(path, "r") as f:
             v = f.attrs.get("keras_version")
             cfg = f.attrs.get("model_config")
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read HDF5 file ({exc})") from None
+    except H5_ERRORS as exc:
+        raise UserError(f"{path}: cannot read HDF5 file ({exc}); is it truncated or damaged?"
+                        ) from None
     if cfg is None:
         raise UserError(f"{path}: HDF5 file holds no Keras model (no model_config); "
                         "is it a weights-only file (.weights.h5)? Give the full model")

@@ -96,6 +96,8 @@ unstack where zeros zeros_like
 #: ``ClassMethod`` layers may call class methods of these TF types only.
 _CLASS_METHOD_TYPES = {"RaggedTensor", "SparseTensor"}
 _IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+#: What h5py raises on a damaged file (its C library's errors surface as all of these).
+H5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError)
 
 
 def parse_config(text: str | bytes, where: str) -> Any:
@@ -189,8 +191,9 @@ def keras_file_findings(path: str, fmt: str) -> list[Finding]:
         with h5py.File(path, "r") as f:
             raw = f.attrs.get("model_config")
             found = h5_storage_findings(f)
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read HDF5 file ({str(exc)[:160]})") from None
+    except H5_ERRORS as exc:
+        raise UserError(f"{path}: cannot read HDF5 file ({str(exc)[:160]}); is it truncated "
+                        "or damaged?") from None
     if raw is None:
         return found
     return found + config_findings(parse_config(_attr_text(raw), path))
@@ -234,8 +237,9 @@ def _h5_bytes_findings(data: Any, name: str) -> list[Finding]:
     try:
         with h5py.File(data, "r") as f:
             return h5_storage_findings(f)
-    except OSError:  # unreadable weights: Keras reports that when it loads them
-        return []
+    except H5_ERRORS as exc:  # what cannot be scanned is not loaded
+        raise UserError(f"{name} in the .keras archive is not a readable HDF5 file "
+                        f"({str(exc)[:160]}); is it damaged?") from None
 
 
 def h5_storage_findings(f: Any) -> list[Finding]:

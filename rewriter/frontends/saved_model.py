@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rewriter.errors import UserError
+from rewriter.errors import UserError, first_line
 from rewriter.frontends._common import (
     check_shape_overrides,
     freeze_concrete_function,
@@ -32,7 +32,7 @@ def load_saved_model(directory: str, options: LoadOptions) -> Model:
     try:
         loaded = tf.saved_model.load(directory)
     except Exception as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        first = first_line(exc)
         raise UserError(f"{directory}: cannot load SavedModel: {first[:200]}") from None
     signatures = dict(getattr(loaded, "signatures", {}) or {})
     if not signatures:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from rewriter.errors import UserError
+from rewriter.errors import UserError, first_line
 from rewriter.surgery.keras_weights import (
     h5_file,
     keras_weight_aliases,
@@ -42,7 +42,6 @@ from rewriter.surgery.variables import (
     VariableSet,
     VarInfo,
     diff_variables,
-    first_line,
 )
 
 _ATTR_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
@@ -81,8 +80,13 @@ def is_checkpoint(path: str) -> bool:
     try:
         fmt = detect_format(path)
         if fmt == "h5":
-            with h5_file(path) as f:
-                return "model_config" not in f.attrs
+            from rewriter.frontends.safety import H5_ERRORS
+
+            try:
+                with h5_file(path) as f:
+                    return "model_config" not in f.attrs
+            except H5_ERRORS:  # damaged: not a checkpoint; the model loader says what is wrong
+                return False
         return fmt in ("checkpoint", "keras-weights")
     except UserError:
         return False

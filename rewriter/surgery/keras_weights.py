@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from rewriter.errors import UserError
-from rewriter.surgery.variables import VariableSet, VarInfo, first_line
+from rewriter.errors import UserError, first_line
+from rewriter.surgery.variables import VariableSet, VarInfo
 
 
 def load_keras_model(path: str, unsafe: bool = False) -> Any:
@@ -112,14 +112,20 @@ def open_h5(path: str, unsafe: bool) -> VariableSet:
 
 def open_h5_weights(path: str) -> VariableSet:
     """Weights-only HDF5: legacy (``layer_names`` + ``weight_names``) or Keras 3 layout."""
-    with h5_file(path) as f:
-        root = f["model_weights"] if "model_weights" in f else f
-        if "layer_names" in root.attrs:
-            datasets = _legacy_h5_datasets(root)
-        else:
-            datasets = _keras3_h5_datasets(f)
-        infos = {n: VarInfo(n, np.dtype(f[k].dtype).name, tuple(f[k].shape))
-                 for n, k in datasets.items()}
+    from rewriter.frontends.safety import H5_ERRORS
+
+    try:
+        with h5_file(path) as f:
+            root = f["model_weights"] if "model_weights" in f else f
+            if "layer_names" in root.attrs:
+                datasets = _legacy_h5_datasets(root)
+            else:
+                datasets = _keras3_h5_datasets(f)
+            infos = {n: VarInfo(n, np.dtype(f[k].dtype).name, tuple(f[k].shape))
+                     for n, k in datasets.items()}
+    except H5_ERRORS as exc:
+        raise UserError(f"cannot read the weights in {path}: {first_line(exc)}; is the file "
+                        "damaged?") from None
 
     def read(name: str) -> np.ndarray:
         with h5_file(path) as f:

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from rewriter.errors import UserError
+from rewriter.errors import UserError, first_line
 from rewriter.fsutil import apply_umask, atomic_write_text, file_mode
 from rewriter.surgery.checkpoints import (
     _checkpoint_prefix,
@@ -46,7 +46,7 @@ from rewriter.surgery.keras_weights import (
     load_keras_model,
     var_info,
 )
-from rewriter.surgery.variables import Diff, NameMap, VariableSet, diff_variables, first_line
+from rewriter.surgery.variables import Diff, NameMap, VariableSet, diff_variables
 
 TARGET_KINDS = ("tf1", "keras", "saved_model")
 

@@ -14,13 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from rewriter.errors import UserError
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (its type name when empty), at most 300 chars."""
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:300]
+from rewriter.errors import UserError, first_line
 
 
 # ----------------------------------------------------------------------------- data types
