@@ -328,6 +328,20 @@ def test_checkpoint_meta_reading_a_file_on_the_output_path_is_refused(cli, tmp_p
     _assert_refused(code, err, "ReadFile")
 
 
+def test_restore_target_whose_initialiser_reads_a_file_is_refused(cli, samples, tmp_path):
+    """Restoring into a .meta runs its variable initialisers: one reading a file is refused."""
+    import tensorflow as tf
+
+    g = tf.Graph()
+    with g.as_default():
+        n = tf.cast(tf.strings.length(tf.io.read_file(str(tmp_path / "secret"))), tf.float32)
+        tf.compat.v1.get_variable("leak", initializer=tf.fill([4], n))
+        tf.compat.v1.train.export_meta_graph(str(tmp_path / "target.meta"))
+    code, _, err = cli("restore", samples["checkpoint"], "--into", tmp_path / "target.meta",
+                       "-o", tmp_path / "out")
+    _assert_refused(code, err, "ReadFile", "target.meta")
+
+
 def test_checkpoint_ops_are_allowed_only_on_the_savers_own_path():
     """SaveV2 used by the saver target only is fine; the same op feeding an output is not."""
     import tensorflow as tf

@@ -399,18 +399,27 @@ def meta_graph_findings(meta_graph: Any, *, fetches: Iterable[str] | None = None
                           saver_targets=targets)
 
 
+def collection_protos(meta_graph: Any, key: str, proto: type) -> list[Any]:
+    """The entries of a MetaGraph collection of serialized ``proto`` messages; unreadable
+    entries are skipped (they exempt nothing, and ``import_meta_graph`` reports them)."""
+    if key not in meta_graph.collection_def:
+        return []
+    items = []
+    for raw in meta_graph.collection_def[key].bytes_list.value:
+        item = proto()
+        try:
+            item.ParseFromString(raw)
+        except Exception:  # noqa: BLE001 - protobuf's DecodeError and friends
+            continue
+        items.append(item)
+    return items
+
+
 def _saver_targets(meta_graph: Any) -> Iterator[str]:
     from tensorflow.core.protobuf import saver_pb2
 
     savers = [meta_graph.saver_def] if meta_graph.HasField("saver_def") else []
-    if "savers" in meta_graph.collection_def:
-        for raw in meta_graph.collection_def["savers"].bytes_list.value:
-            extra = saver_pb2.SaverDef()
-            try:
-                extra.ParseFromString(raw)
-            except Exception:  # noqa: BLE001 - an unreadable entry exempts nothing
-                continue
-            savers.append(extra)
+    savers += collection_protos(meta_graph, "savers", saver_pb2.SaverDef)
     for s in savers:
         yield from (t for t in (s.save_tensor_name, s.restore_op_name) if t)
 

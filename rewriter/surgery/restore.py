@@ -166,17 +166,11 @@ def _check_initialisers(meta: str, unsafe: bool) -> None:
     from tensorflow.core.framework import variable_pb2
 
     from rewriter.frontends.checkpoint import read_meta_graph
-    from rewriter.frontends.safety import meta_graph_findings, refuse
+    from rewriter.frontends.safety import collection_protos, meta_graph_findings, refuse
 
     meta_def = read_meta_graph(meta)
-    fetches = []
-    for raw in meta_def.collection_def["variables"].bytes_list.value:
-        var = variable_pb2.VariableDef()
-        try:
-            var.ParseFromString(raw)
-        except Exception:  # noqa: BLE001 - import_meta_graph reports a damaged collection
-            continue
-        fetches += [var.initializer_name, var.snapshot_name]
+    fetches = [name for var in collection_protos(meta_def, "variables", variable_pb2.VariableDef)
+               for name in (var.initializer_name, var.snapshot_name)]
     refuse(meta, meta_graph_findings(meta_def, fetches=[f for f in fetches if f]), unsafe)
 
 
