@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rewriter.fsutil import atomic_write_text
+from rewriter.targets.tail import cpu_tail
 
 if TYPE_CHECKING:  # pragma: no cover
     from rewriter.passes import Plan
@@ -39,6 +40,11 @@ def build_report(job: Job) -> dict[str, Any]:
     if job.retry is not None:
         report["retry"] = job.retry.to_json()
     why = unfixable_why(attempt.plan, target)
+    tail = cpu_tail(attempt.rewrite.model, attempt.graph_after)  # what rewriting left
+    if tail is not None:
+        report["cpu_tail"] = tail.to_json()
+        for op in tail.ops:  # the tail's ops: post-processing, not a missing rule
+            why[op] = "post-processing in the CPU tail: " + tail.hint + " ends the model before it"
     report["unsupported_before"] = with_fixes(job.before.unsupported_summary(),
                                               attempt.plan.rules_by_op(), why)
     report.update(_attempt_report(attempt, why))
@@ -48,6 +54,8 @@ def build_report(job: Job) -> dict[str, Any]:
     report["summary"] = summary(report, attempt, job.data.verification.synthetic)
     if job.recovery is not None:
         report["summary"] = report["summary"][:-1] + "; " + job.recovery.describe() + "."
+    if tail is not None:
+        report["summary"] = report["summary"][:-1] + "; " + tail.describe() + "."
     return report
 
 

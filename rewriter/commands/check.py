@@ -98,8 +98,10 @@ def check_model(args: argparse.Namespace, target: Any, quantize: str, ui: Any) -
 
     data = job_data(model, quantize)  # what `rewrite run` calibrates on without --calibration
     graph = target.check_graph(model, quantize)
-    planned = _planned_fixes(model, target, quantize, data)
+    planned, tail = _planned_fixes(model, target, quantize, data)
     result["graph"] = _level_json(graph, planned)
+    if tail is not None:
+        result["cpu_tail"] = tail.to_json()
     if args.graph_only:
         return _decide(result, False)
     deployment = _deploy(model, target, quantize, args, steps, result, data)
@@ -110,14 +112,19 @@ def check_model(args: argparse.Namespace, target: Any, quantize: str, ui: Any) -
     return _decide(result, deployment.verdict is not None)
 
 
-def _planned_fixes(model: Any, target: Any, quantize: str, data: Any) -> dict[str, str]:
+def _planned_fixes(model: Any, target: Any, quantize: str,
+                   data: Any) -> tuple[dict[str, str], Any]:
     """TF op -> the rule that fixed it when the model is planned and rewritten for the target
-    on the job's data (rules fitted on a tensor's range need it; nothing is exported)."""
+    on the job's data (rules fitted on a tensor's range need it; nothing is exported), and the
+    post-processing tail the rewritten graph leaves on the CPU
+    (:func:`rewriter.targets.tail.cpu_tail`) or None."""
     from rewriter.passes import plan_and_apply
+    from rewriter.targets.tail import cpu_tail
 
-    the_plan, _ = plan_and_apply(model, target, quantize,
-                                 data=data.calibration_samples or data.samples)
-    return the_plan.rules_by_op()
+    the_plan, rewritten = plan_and_apply(model, target, quantize,
+                                         data=data.calibration_samples or data.samples)
+    tail = cpu_tail(rewritten.model, target.check_graph(rewritten.model, quantize))
+    return the_plan.rules_by_op(), tail
 
 
 def _deploy(model: Any, target: Any, quantize: str, args: argparse.Namespace, steps: Any,
@@ -221,6 +228,8 @@ def _print(result: dict[str, Any], ui: Any) -> None:
     verdict = "OK: the target runs every op" if result["ok"] else (
         f"NOT OK: {sum(u['count'] for u in result['unsupported'])} unsupported op(s)")
     ui.out(f"\n{verdict} (decided on the {result['level']})")
+    if result.get("cpu_tail"):
+        ui.out(result["cpu_tail"]["text"])
 
 
 def _print_level(level: str, data: dict[str, Any], ui: Any) -> None:

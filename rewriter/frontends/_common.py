@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -66,7 +67,8 @@ def _static_shape(name: str, shape: Sequence[int | None] | None, options: LoadOp
 
 def check_shape_overrides(options: LoadOptions, input_names: Sequence[str]) -> None:
     """``--input-shape`` may name the model's inputs and the tensors ``--inputs`` cuts at."""
-    cut = [n.split(":")[0] for n in options.inputs or []]
+    cut = [n.split(":")[0] for n in options.inputs or []] + [cut_label(n)
+                                                             for n in options.inputs or []]
     unknown = sorted(set(options.input_shapes) - set(input_names) - set(cut))
     if unknown:
         raise UserError(f"--input-shape names unknown input(s) {', '.join(unknown)}; "
@@ -117,3 +119,12 @@ def _fmt(shape: Sequence[int | None] | None) -> str:
     if shape is None:
         return "<unknown>"
     return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def cut_label(name: str) -> str:
+    """A signature name for a cut at graph tensor ``name``: its last path component without
+    ``:0``, made a valid key (``StatefulPartitionedCall/boxes_raw`` -> ``boxes_raw``)."""
+    base = name.rsplit("/", 1)[-1]
+    base = base[:-2] if base.endswith(":0") else base
+    base = re.sub(r"[^A-Za-z0-9_.\-]", "_", base)
+    return base if base[:1].isalpha() else f"t_{base}"

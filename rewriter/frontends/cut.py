@@ -19,9 +19,10 @@ from __future__ import annotations
 import difflib
 from collections import deque
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from rewriter.errors import UserError
-from rewriter.frontends._common import static_shape
+from rewriter.frontends._common import cut_label, static_shape
 from rewriter.frontends.options import LoadOptions
 from rewriter.graph import GraphIndex, make_const, make_node, node_dtype, parse_input
 from rewriter.model import Model, Source, TensorSpec
@@ -45,14 +46,21 @@ def apply_cut(model: Model, options: LoadOptions,
     outputs = list(model.outputs)
     notes = list(model.source.notes)
     if options.outputs:
-        outputs = [_output_spec(g, name, known, model) for name in options.outputs]
+        outputs = _unique([_output_spec(g, name, known, model) for name in options.outputs])
         notes.append("ends at --outputs " + ", ".join(f"{o.name} ({o.tensor})" for o in outputs))
     inputs = list(model.inputs)
     if options.inputs:
-        inputs = _cut_inputs(g, model, options, known, outputs, notes)
+        inputs = _unique(_cut_inputs(g, model, options, known, outputs, notes))
     g.prune([o.tensor for o in outputs] + [i.tensor for i in inputs])
     return Model(g.to_graph_def(), inputs, outputs,
                  Source(model.source.path, model.source.format, notes))
+
+
+def _unique(specs: list[TensorSpec]) -> list[TensorSpec]:
+    """Specs with distinct names: a repeated short name becomes its node's path (``/`` as ``_``)."""
+    seen = [s.name for s in specs]
+    return [replace(s, name=s.node.replace("/", "_")) if seen.count(s.name) > 1 else s
+            for s in specs]
 
 
 def resolve(g: GraphIndex, name: str, known: Mapping[str, str], flag: str) -> str:
@@ -84,7 +92,8 @@ def _output_spec(g: GraphIndex, name: str, known: Mapping[str, str], model: Mode
             return spec
     if parse_input(tensor)[0] in {s.node for s in model.inputs}:
         raise UserError(f"--outputs {name!r} is a model input: an output must be computed")
-    return TensorSpec(name.split(":")[0] if name not in known else name, tensor, (), "float32")
+    return TensorSpec(name if name in known else cut_label(name), tensor, (), "float32")
+
 
 
 def _cut_inputs(g: GraphIndex, model: Model, options: LoadOptions, known: Mapping[str, str],
@@ -101,14 +110,14 @@ def _cut_inputs(g: GraphIndex, model: Model, options: LoadOptions, known: Mappin
         if tensor not in facts:
             raise UserError(f"--inputs {name!r} ({tensor}) is not a tensor of the inference graph")
         dims, dtype = facts[tensor]
-        label = name.split(":")[0] if name not in known else name
-        shape = static_shape(label, dims, options, notes)
+        key = name if name in known else cut_label(name)
+        shape = static_shape(key, dims, options, notes)
         placeholder = make_node("Placeholder", g.unique_name(f"{parse_input(tensor)[0]}/input"),
                                 [], {"shape": _shape_attr(shape)}, dtype=dtype,
                                 dtype_attr="dtype")
         g.add(placeholder)
         g.redirect(tensor, placeholder.name + ":0")
-        specs.append(TensorSpec(label, placeholder.name + ":0", shape, dtype))
+        specs.append(TensorSpec(key, placeholder.name + ":0", shape, dtype))
     _fold_static_shapes(g, facts)
     _drop_control_edges(g)
     _check_separated(g, model, specs, outputs)
