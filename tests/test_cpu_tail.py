@@ -68,3 +68,13 @@ def test_check_json_carries_the_tail(nms_v5, cli):
     result = json.loads(out)
     assert code == 1 and result["cpu_tail"]["ops"]["NonMaxSuppressionV5"] == 1
     assert result["cpu_tail"]["accelerator_part_ok"] is True
+
+
+def test_nms_default_minus_inf_threshold_is_not_a_broken_weight(tmp_path):
+    """``tf.image.combined_non_max_suppression`` defaults its score threshold to -inf: a
+    parameter of post-processing, not a weight the int8 quantizer reads."""
+    from rewriter.export.validate import check_weights
+
+    model = load_model(detector_with_nms(tmp_path / "det", post="combined"))
+    assert any(n.op == "CombinedNonMaxSuppression" for n in model.graph_def.node)
+    check_weights(model)  # raises UserError for a non-finite weight

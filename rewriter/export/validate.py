@@ -62,8 +62,17 @@ def _problem(arr: np.ndarray) -> str | None:
 
 
 def _consts(graph_def: Any) -> Iterator[tuple[str, Any]]:
+    """Float Consts the quantizer reads: not the parameters of post-processing ops (the
+    ``-inf`` default score threshold of NMS converts fine: measured with NMS v5, TF 2.21)."""
+    from rewriter.targets.tail import POST_PROCESSING_OPS
+
+    readers: dict[str, set[str]] = {}
     for node in graph_def.node:
-        if node.op == "Const":
+        for ref in node.input:
+            readers.setdefault(ref.lstrip("^").split(":")[0], set()).add(node.op)
+    for node in graph_def.node:
+        ops = readers.get(node.name, set())
+        if node.op == "Const" and not (ops and ops <= POST_PROCESSING_OPS):
             yield repr(node.name), node
     for fn in graph_def.library.function:
         for node in fn.node_def:
