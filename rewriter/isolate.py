@@ -196,6 +196,8 @@ def _serve(log_path: str) -> None:
         request = json.loads(line)
         print(f"=== {request['stage']}: {request['target']}", flush=True)
         answers.write(json.dumps(_handle(request)) + "\n")
+    # stdin closed: the parent is done (or gone without cleaning up): nobody needs the log
+    shutil.rmtree(Path(log_path).parent, ignore_errors=True)
 
 
 def _handle(request: dict[str, Any]) -> dict[str, Any]:
