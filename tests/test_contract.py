@@ -397,3 +397,45 @@ def test_native_crash_anywhere_is_exit_3_with_the_stage(samples, tmp_path):
     line = _one_error(proc.stderr, "internal error", "SIGSEGV", "while", "log kept at")
     assert "Fatal Python error" in Path(line.rsplit("log kept at ", 1)[1]).read_text()
     assert not (tmp_path / "out").exists()
+
+
+_QUANTIZE_ONE = """
+import sys
+import numpy as np
+import keras
+import tensorflow as tf
+
+inp = keras.Input((8, 8, 3))
+x = keras.layers.ReLU()(keras.layers.Conv2D(4, 3, padding="same")(inp))
+model = keras.Model(inp, keras.layers.Dense(2)(keras.layers.GlobalAveragePooling2D()(x)))
+value, where = float(sys.argv[1]), sys.argv[2]
+if where == "weight":
+    kernel, bias = model.layers[1].get_weights()
+    kernel.flat[0] = value
+    model.layers[1].set_weights([kernel, bias])
+data = np.random.default_rng(0).uniform(-1, 1, (4, 8, 8, 3)).astype(np.float32)
+if where == "data":
+    data.flat[0] = value
+conv = tf.lite.TFLiteConverter.from_keras_model(model)
+conv.optimizations = [tf.lite.Optimize.DEFAULT]
+conv.representative_dataset = lambda: ([d[None]] for d in data)
+conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+conv.inference_input_type = conv.inference_output_type = tf.int8
+conv.convert()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("value, where, dies", [
+    ("1e37", "weight", False), ("1e38", "weight", True), ("inf", "weight", True),
+    ("3.4e38", "data", False), ("inf", "data", True)])
+def test_the_int8_quantizer_crashes_where_validate_says(value, where, dies):
+    """The measurement behind rewriter.export.validate: the plain TF converter (full int8 with
+    int8 I/O, conv/ReLU/pool/dense, in a child process) dies by a signal on these values and
+    converts the others. If a TF
+    upgrade changes this, MAX_ABS and its docstring should follow."""
+    proc = subprocess.run([sys.executable, "-c", _QUANTIZE_ONE, value, where],
+                          capture_output=True, timeout=600,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert (proc.returncode < 0) == dies, (proc.returncode, proc.stderr[-500:])
+    assert dies or proc.returncode == 0

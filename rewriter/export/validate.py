@@ -1,7 +1,10 @@
 """Inputs the int8 quantizer crashes on, refused before it sees them (exit 2, tensor named).
 
-Measured on TF 2.21 (``tf.lite.TFLiteConverter``, full int8, a small conv model): the quantizer
-dies by SIGSEGV on a weight of 1e38 or +Inf and on +Inf in the calibration data; 1e37 converts.
+Measured on TF 2.21 (``tf.lite.TFLiteConverter``, full int8 with int8 I/O, a small
+conv/ReLU/pool/dense model; ``tests/test_contract.py::test_the_int8_quantizer_crashes_where_
+validate_says``, slow): the quantizer dies by SIGSEGV on a conv weight of 1e38 or +Inf and on
++Inf in the calibration data; a weight of 1e37 and data of 3.4e38 convert. (A conv-only model
+converts with those weights: where it crashes depends on the graph, so the bound is wide.)
 Trained weights and real inputs are many orders of magnitude below that, so :data:`MAX_ABS`
 (1e30) marks a value as broken (a flipped exponent bit, an overflow) rather than data.
 """
