@@ -15,25 +15,23 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from rewriter.passes import apply, plan  # noqa: E402
+from rewriter.planner import apply, plan  # noqa: E402
 from rewriter.rules.testing import conv_bn_elu_chain  # noqa: E402
+from rewriter.targets.testing import toy_target  # noqa: E402
 
 
-class ChainTarget:
-    """A target without FusedBatchNormV3 and Elu (so both rules are planned)."""
-
-    name = "chain-bench"
-    lacks = frozenset({"FusedBatchNormV3", "Elu"})
-
-    def supports_tf_op(self, op: str, quantize: str) -> bool:
-        return op not in self.lacks
+def chain_target() -> object:
+    """An ONNX op table running Conv, Add, Mul, Sub, Relu, Exp, ... but neither
+    BatchNormalization nor Elu, so both rules are planned."""
+    return toy_target({"Conv2D", "BiasAdd", "AddV2", "Mul", "Sub", "Relu", "Exp", "Maximum",
+                       "Minimum"}, artifact="onnx", name="chain-bench")
 
 
 def measure(blocks: int) -> tuple[int, float, float]:
     """(nodes, wall seconds, CPU seconds of this process) for plan + apply."""
     model = conv_bn_elu_chain(blocks)
     start, cpu = time.perf_counter(), time.process_time()
-    result = apply(model, plan(model, ChainTarget(), "none"))
+    result = apply(model, plan(model, chain_target(), "none"))
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     assert len(result.applied) == 2 * blocks, result.rule_counts()
     return len(model.graph_def.node), elapsed, cpu

@@ -46,6 +46,11 @@ def parse_input(ref: str) -> tuple[str, int, bool]:
     return name, int(idx) if idx else 0, control
 
 
+def data_inputs(node: NodeDef) -> list[str]:
+    """The data inputs of ``node`` (its control inputs, ``^name``, left out)."""
+    return [r for r in node.input if not r.startswith("^")]
+
+
 def tensor_ref(node: str, index: int = 0) -> str:
     """The NodeDef input string for output ``index`` of ``node``."""
     return node if index == 0 else f"{node}:{index}"
@@ -189,7 +194,7 @@ class GraphIndex:
         return [self.nodes[c] for c in sorted(self._consumers.get(name, ())) if c in self.nodes]
 
     def data_inputs(self, node: NodeDef) -> list[str]:
-        return [r for r in node.input if not r.startswith("^")]
+        return data_inputs(node)
 
     def skip_identity(self, ref: str) -> NodeDef | None:
         """The producer of ``ref`` after following Identity/Snapshot chains."""

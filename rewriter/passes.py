@@ -1,4 +1,4 @@
-"""Rule application, the pass manager, and per-target planning.
+"""Rule application: the one pass engine.
 
 * :class:`RulePass` applies a list of rules in one linear sweep: it visits only nodes whose op is
   an anchor of some rule, matches upward from each, and rewrites in place.
@@ -9,10 +9,8 @@
   before and after every pass, after every rule application and when a rule fails, and may end
   the run with :class:`StopRewrite`. Per-rule checking (:mod:`rewriter.verify.per_rule`) is
   such an observer, not a second engine.
-* :func:`plan` asks the target which op types it lacks and picks, for each, the best rule whose
-  ``emits`` the target has (exact rules first; approximate ones only when no exact fits, and never
-  with ``exact_only``). Ops that no rule can fix are reported in ``Plan.unfixable``.
-* :func:`apply` runs a plan and returns a :class:`RewriteResult` with provenance.
+
+Which rules to run for a target is :mod:`rewriter.planner`'s business.
 """
 
 from __future__ import annotations
@@ -23,13 +21,12 @@ from typing import Any, Protocol
 
 from rewriter.errors import RuleError
 from rewriter.graph import GraphIndex, parse_input
-from rewriter.model import PLUMBING_OPS, Model
-from rewriter.rules import all_rules, get_rule, rule_for_op, rules_for_op
+from rewriter.model import Model
+from rewriter.rules import get_rule
 from rewriter.rules.base import Applied, Match, Reject, Rule
 
-__all__ = ["PassManager", "Plan", "RewriteResult", "RuleFailure", "RulePass", "StopRewrite",
-           "Tracer", "apply", "apply_rules", "plan", "rule_for_op", "rules_for_op",
-           "supports_tf_op", "validate_graph"]
+__all__ = ["PassManager", "RewriteResult", "RuleFailure", "RulePass", "Samples", "StopRewrite",
+           "Tracer", "apply_rules", "validate_graph"]
 
 DEFAULT_MAX_ITERATIONS = 8
 #: Sample feed dicts (keyed by input name): the calibration data fitted rules measure ranges on.
@@ -319,246 +316,3 @@ def apply_rules(model: Model, rules: Iterable[Rule | str], one_pass_each: bool =
     passes = ([RulePass([r], focus=focus) for r in objs] if one_pass_each
               else [RulePass(objs, focus=focus)])
     return PassManager(passes, max_iterations, import_with_tf, data).run(model)
-
-
-# ----------------------------------------------------------------------------- planning
-class TargetLike(Protocol):
-    """What the planner needs from a target (``rewriter.targets.Target`` satisfies it)."""
-
-    name: str
-
-    def tf_op_status(self, op: str, quantize: str) -> Any: ...
-
-
-def op_status(target: Any, op: str, quantize: str) -> tuple[bool, str | None]:
-    """(supported, reason) for TF op type ``op``: the one adapter between planner and target."""
-    if hasattr(target, "tf_op_status"):
-        st = target.tf_op_status(op, quantize)
-        return bool(st.supported), getattr(st, "reason", None)
-    ok = bool(target.supports_tf_op(op, quantize))
-    return ok, None if ok else f"{op} is not supported"
-
-
-def supports_tf_op(target: Any, op: str, quantize: str) -> bool:
-    return op_status(target, op, quantize)[0]
-
-
-@dataclass
-class Plan:
-    """Which rules to run, in order, and what stays unfixable.
-
-    ``fixes``: ``[{op, count, reason, rule, also, exact, bound}]`` (``rule`` the best, ``also``
-    complementary rules planned for the same op); ``unfixable``: ``[{op, count,
-    reason, why}]`` (never dropped: ``why`` says whether no rule exists, a rule emits ops the
-    target also lacks, or only approximate rules exist and ``exact_only`` refused them).
-    """
-
-    target: str
-    quantize: str
-    exact_only: bool
-    rules: list[str]
-    fixes: list[dict[str, Any]]
-    unfixable: list[dict[str, Any]]
-    #: The unsupported nodes, where ``targeted`` rules may start.
-    focus: list[str] = field(default_factory=list)
-
-    @property
-    def empty(self) -> bool:
-        return not self.rules
-
-    def rules_by_op(self) -> dict[str, str]:
-        """TF op -> the rules that fixed it (comma-separated, in the order they ran)."""
-        names: dict[str, list[str]] = {}
-        for f in self.fixes:
-            for rule in (f["rule"], *f.get("also", [])):
-                if rule not in names.setdefault(f["op"], []):
-                    names[f["op"]].append(rule)
-        return {op: ", ".join(rules) for op, rules in names.items()}
-
-    def to_json(self) -> dict[str, Any]:
-        return {"target": self.target, "quantize": self.quantize, "exact_only": self.exact_only,
-                "rules": list(self.rules), "fixes": self.fixes, "unfixable": self.unfixable}
-
-
-def plan(model: Model, target: Any, quantize: str, exact_only: bool = False,
-         exclude: frozenset[str] | set[str] = frozenset()) -> Plan:
-    """Pick, for each op type the target lacks, the best rule the target can run.
-
-    What the target lacks comes from ``target.check_graph`` when it has one (node level, so
-    attribute limits such as Vela's depth-reduction MEAN count), else from ``tf_op_status`` per
-    op type. Whether a rule's ``emits`` are runnable is asked per op type. Rules named in
-    ``exclude`` are not considered (rules tried in an earlier round, see :func:`plan_and_apply`).
-    """
-    lacking = _unsupported(model, target, quantize)
-    cache: dict[str, tuple[bool, str | None]] = {}
-    fixes, unfixable, chosen = [], [], []
-    for op, (count, reason, _) in lacking.items():
-        rules, why = choose_rules(op, target, quantize, exact_only, cache, exclude)
-        if not rules:
-            unfixable.append({"op": op, "count": count, "reason": reason, "why": why})
-            continue
-        best = rules[0]
-        fixes.append({"op": op, "count": count, "reason": reason, "rule": best.name,
-                      "also": [r.name for r in rules[1:]], "exact": best.exact,
-                      "bound": best.bound.to_json() if best.bound else None})
-        chosen.extend(r.name for r in rules if r.name not in chosen)
-    ordered = sorted((r for r in all_rules() if r.name in chosen),
-                     key=lambda r: (r.order, r.sort_key()))
-    focus = [n for op in lacking for n in lacking[op][2]]
-    return Plan(getattr(target, "name", str(target)), quantize, exact_only,
-                [r.name for r in ordered], fixes, unfixable, focus)
-
-
-def _unsupported(model: Model, target: Any, quantize: str
-                 ) -> dict[str, tuple[int, str | None, list[str]]]:
-    """{TF op type: (unsupported node count, first reason, node names)} in graph order."""
-    out: dict[str, tuple[int, str | None, list[str]]] = {}
-    if hasattr(target, "check_graph"):
-        for v in target.check_graph(model, quantize).verdicts:
-            if not v.supported and v.op not in PLUMBING_OPS:
-                count, reason, nodes = out.get(v.op, (0, v.reason, []))
-                node = getattr(v, "node", None)
-                out[v.op] = (count + 1, reason, nodes + ([node] if node else []))
-        return out
-    for op, count in _op_histogram(model).items():
-        ok, reason = op_status(target, op, quantize)
-        if not ok:
-            nodes = [n.name for n in model.graph_def.node if n.op == op]
-            out[op] = (count, reason, nodes)
-    return out
-
-
-def _op_histogram(model: Model) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for node in model.graph_def.node:
-        if node.op not in PLUMBING_OPS:
-            counts[node.op] = counts.get(node.op, 0) + 1
-    return counts
-
-
-def choose_rules(op: str, target: Any, quantize: str, exact_only: bool,
-            cache: dict[str, tuple[bool, str | None]],
-            exclude: frozenset[str] | set[str] = frozenset()) -> tuple[list[Rule], str]:
-    """The rules to run for ``op`` (best first), or ([], why none fits).
-
-    Per rule family (``Rule.family``; alternatives such as elu_exact / elu_ramps share one),
-    the best exact rule whose ``emits`` the target runs (its ``fused`` target ops instead when
-    the converter fuses them for the target's artifact kind); families complement each other (fold
-    BN into the conv where possible, Mul+Add elsewhere). Only when no exact rule fits: the
-    single best approximate one, unless ``exact_only``.
-    """
-    candidates = [r for r in rules_for_op(op) if r.name not in exclude]
-    if not candidates:
-        return [], ("no rule removes this op" if not rules_for_op(op) else
-                    "every rule for this op was tried and the op remains")
-    missing: list[str] = []
-    exact: dict[str, Rule] = {}
-    approx: Rule | None = None
-    for rule in candidates:
-        lacking = _lacking(rule, target, quantize, cache)
-        if lacking:
-            missing.append(f"{rule.name} emits {', '.join(lacking)}")
-        elif rule.exact:
-            exact.setdefault(rule.family or rule.name, rule)
-        elif exact_only:
-            missing.append(f"{rule.name} is approximate (max abs error "
-                           f"{rule.bound.max_abs_error if rule.bound else '?'}) and "
-                           "--exact-only refuses it")
-        elif approx is None:
-            approx = rule
-    if exact:
-        return list(exact.values()), ""
-    return ([approx], "") if approx is not None else ([], "; ".join(missing))
-
-
-def _cached(cache: dict[str, tuple[bool, str | None]], target: Any, op: str,
-            quantize: str) -> bool:
-    if op not in cache:
-        cache[op] = op_status(target, op, quantize)
-    return cache[op][0]
-
-
-def _lacking(rule: Rule, target: Any, quantize: str,
-             cache: dict[str, tuple[bool, str | None]]) -> list[str]:
-    """What the target lacks of the rule's output: its ``fused`` target ops when the converter
-    fuses ``emits`` for the target's artifact kind, else its ``emits`` (TF ops)."""
-    kind = getattr(target, "artifact", None)
-    fused = rule.fused.get(kind) if isinstance(kind, str) else None
-    if fused is None:
-        return sorted(e for e in rule.emits
-                      if e not in PLUMBING_OPS and not _cached(cache, target, e, quantize))
-    return sorted(t for t in fused if not _cached_target_op(cache, target, t, quantize))
-
-
-def _cached_target_op(cache: dict[str, tuple[bool, str | None]], target: Any, op: str,
-                      quantize: str) -> bool:
-    """Whether the target runs target op ``op`` (its op table and op-level constraints)."""
-    key = f"{target.artifact}:{op}"
-    if key not in cache:
-        if hasattr(target, "target_op_status"):
-            st = target.target_op_status(op, quantize)
-            cache[key] = bool(st.supported), st.reason
-        else:
-            ok = bool(target.has_op(op))
-            cache[key] = ok, None if ok else f"{op} is not supported"
-    return cache[key][0]
-
-
-def apply(model: Model, the_plan: Plan, import_with_tf: bool = False,
-          data: Samples | None = None) -> RewriteResult:
-    """Run the plan's rules, one pass each in plan order, to a fixed point."""
-    return apply_rules(model, the_plan.rules, import_with_tf=import_with_tf, data=data,
-                       focus=the_plan.focus)
-
-
-#: Rounds of plan -> apply -> re-check in :func:`plan_and_apply`.
-MAX_ROUNDS = 4
-
-
-def plan_and_apply(model: Model, target: Any, quantize: str, exact_only: bool = False,
-                   exclude: frozenset[str] | set[str] = frozenset(),
-                   data: Samples | None = None) -> tuple[Plan, RewriteResult]:
-    """Plan, apply, and re-check until the target lacks nothing a rule not yet tried can fix.
-
-    The first round runs the best rules (exact first). An op still unsupported afterwards is
-    planned again with the rules already tried excluded: e.g. the converter fuses both a hard
-    swish and a GELU from a ``Mul``; the exact hard-swish rule goes first and does not match a
-    GELU, so the next round reaches the GELU rules. The returned plan lists the rules that
-    fired, in order, with the fixes of every round and the ops that stayed unfixable. ``data``:
-    the calibration samples, for rules fitted on the observed range of their input.
-    """
-    tried = set(exclude)
-    current = model
-    applied: list[dict[str, Any]] = []
-    rejected: list[dict[str, str]] = []
-    passes_run: list[str] = []
-    fixes: list[dict[str, Any]] = []
-    iterations = 0
-    first: Plan | None = None
-    for round_no in range(1, MAX_ROUNDS + 1):
-        p = plan(current, target, quantize, exact_only, exclude=tried)
-        first = first or p
-        if p.empty:
-            break
-        res = apply(current, p, data=data)
-        fired = {a["rule"] for a in res.applied}
-        for f in p.fixes:  # credit the rule that fired (the best one may not have matched)
-            done = [r for r in (f["rule"], *f.get("also", [])) if r in fired]
-            if done:
-                rule = get_rule(done[0])
-                fixes.append(dict(f, rule=rule.name, also=done[1:], exact=rule.exact,
-                                  bound=rule.bound.to_json() if rule.bound else None,
-                                  round=round_no))
-        applied.extend(res.applied)
-        rejected.extend(res.rejected)
-        passes_run.extend(res.passes)
-        iterations += res.iterations
-        tried.update(p.rules)
-        current = res.model
-    final = plan(current, target, quantize, exact_only, exclude=tried)
-    order = list(dict.fromkeys(a["rule"] for a in applied))
-    result = RewriteResult(current, applied, rejected, iterations, passes_run)
-    assert first is not None
-    return Plan(first.target, quantize, exact_only, order, fixes,
-                final.unfixable + [dict(f, why="its rules did not match these nodes")
-                                   for f in final.fixes]), result

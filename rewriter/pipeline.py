@@ -23,7 +23,8 @@ import numpy as np
 
 from rewriter.defaults import CALIBRATION_SAMPLES, RECOVER_EPOCHS, VERIFY_SAMPLES
 from rewriter.model import Model
-from rewriter.passes import Plan, RewriteResult
+from rewriter.passes import RewriteResult
+from rewriter.planner import Plan
 from rewriter.recover import Recovery
 from rewriter.stages import (
     ArtifactRun,
@@ -207,16 +208,15 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
 def _attempt(ctx: _Context, exclude: frozenset[str] = frozenset()) -> Attempt:
     """Plan and rewrite (rules in ``exclude`` not used), verify in TF, export, check and run
     the artifact."""
-    from rewriter import passes
     from rewriter.export.saved_model import export_saved_model
+    from rewriter.planner import plan_and_apply
     from rewriter.report_html import error_histograms
 
     steps, target = ctx.steps, ctx.target
     with steps("rewrite", "planning and rewriting"):
-        the_plan, result = passes.plan_and_apply(ctx.model, target, ctx.quantize,
-                                                 ctx.opts.exact_only, exclude,
-                                                 data=ctx.data.calibration_samples
-                                                 or ctx.data.samples)
+        the_plan, result = plan_and_apply(ctx.model, target, ctx.quantize, ctx.opts.exact_only,
+                                          exclude, data=ctx.data.calibration_samples
+                                          or ctx.data.samples)
     rewritten = result.model
     with steps("check_rewritten"):
         graph_after = target.check_graph(rewritten, ctx.quantize)
@@ -352,7 +352,7 @@ def plan_retry(the_plan: Plan, target: Target, quantize: str, exact_only: bool,
     excluded when another rule the target can run exists for the op. None when there is
     nothing to retry.
     """
-    from rewriter.passes import choose_rules
+    from rewriter.planner import choose_rules
     from rewriter.targets import lowering
 
     bad = set(unsupported_after)

@@ -15,8 +15,8 @@ from rewriter.fsutil import atomic_write_text
 from rewriter.targets.tail import cpu_tail
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rewriter.passes import Plan
     from rewriter.pipeline import Attempt, Job
+    from rewriter.planner import Plan
     from rewriter.stages import Deployment
     from rewriter.targets import Target
     from rewriter.verify.metrics import Comparison

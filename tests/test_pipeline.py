@@ -3,8 +3,8 @@ artifact."""
 
 from __future__ import annotations
 
-from rewriter.passes import Plan, choose_rules
 from rewriter.pipeline import plan_retry
+from rewriter.planner import Plan, choose_rules
 from rewriter.targets import load_target
 
 

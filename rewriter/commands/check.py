@@ -15,7 +15,12 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rewriter.model import Model
+    from rewriter.stages import Deployment, JobData, Steps
+    from rewriter.targets import Target
 
 HELP = "report which ops a target lacks, why, and which rule would fix them (exit 1 if any)"
 
@@ -47,7 +52,7 @@ def _fix_for(op: str, prefer: str | None = None,
     """
     if planned is not None:
         return planned.get(op)
-    from rewriter.passes import rule_for_op, rules_for_op
+    from rewriter.rules import rule_for_op, rules_for_op
 
     if prefer:
         named = [r.name for r in rules_for_op(op) if prefer in r.name]
@@ -73,7 +78,8 @@ def run(args: argparse.Namespace, ui: Any) -> int:
     return 0 if result["ok"] else 1
 
 
-def check_model(args: argparse.Namespace, target: Any, quantize: str, ui: Any) -> dict[str, Any]:
+def check_model(args: argparse.Namespace, target: Target, quantize: str,
+                ui: Any) -> dict[str, Any]:
     """Run the levels that apply and assemble the result object (what ``--json`` prints)."""
     from rewriter.stages import Steps, check_artifact, vela_stage
 
@@ -112,13 +118,13 @@ def check_model(args: argparse.Namespace, target: Any, quantize: str, ui: Any) -
     return _decide(result, deployment.verdict is not None)
 
 
-def _planned_fixes(model: Any, target: Any, quantize: str,
-                   data: Any) -> tuple[dict[str, str], Any]:
+def _planned_fixes(model: Model, target: Target, quantize: str,
+                   data: JobData) -> tuple[dict[str, str], Any]:
     """TF op -> the rule that fixed it when the model is planned and rewritten for the target
     on the job's data (rules fitted on a tensor's range need it; nothing is exported), and the
     post-processing tail the rewritten graph leaves on the CPU
     (:func:`rewriter.targets.tail.cpu_tail`) or None."""
-    from rewriter.passes import plan_and_apply
+    from rewriter.planner import plan_and_apply
     from rewriter.targets.tail import cpu_tail
 
     the_plan, rewritten = plan_and_apply(model, target, quantize,
@@ -127,8 +133,8 @@ def _planned_fixes(model: Any, target: Any, quantize: str,
     return the_plan.rules_by_op(), tail
 
 
-def _deploy(model: Any, target: Any, quantize: str, args: argparse.Namespace, steps: Any,
-            result: dict[str, Any], data: Any) -> Any:
+def _deploy(model: Model, target: Target, quantize: str, args: argparse.Namespace,
+            steps: Steps, result: dict[str, Any], data: JobData) -> Deployment:
     """Export to a temp dir, never next to the input, calibrated and with the I/O types as
     ``rewrite run`` would (:func:`rewriter.stages.job_data`), and judge the file."""
     from rewriter.stages import deploy

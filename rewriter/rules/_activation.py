@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef, parse_input
+from rewriter.graph import GraphIndex, NodeDef, data_inputs, parse_input
 from rewriter.rules.base import ADD_OPS, Builder, Match, Reject, Rule, dtype_of, static_value
 
 #: Abramowitz & Stegun 7.1.26: erf(z) = 1 - (a1 t + ... + a5 t^5) exp(-z^2), t = 1/(1 + p z).
@@ -92,7 +92,7 @@ def flatten_product(g: GraphIndex, node: NodeDef) -> Product | None:
         if len(prod.nodes) >= _MAX_PRODUCT_NODES:
             return False
         prod.nodes.append(n)
-        ins = [r for r in n.input if not r.startswith("^")]
+        ins = data_inputs(n)
         if n.op == "Neg":
             prod.scale = -prod.scale
             return walk(ins[0])

@@ -127,6 +127,7 @@ import numpy as np
 from rewriter.graph import (
     GraphIndex,
     NodeDef,
+    data_inputs,
     make_const,
     make_node,
     node_dtype,
@@ -136,7 +137,7 @@ from rewriter.graph import (
 from rewriter.static_eval import _norm_ref, static_value, tensor_shape
 
 __all__ = ["ADD_OPS", "COMMUTATIVE_OPS", "RULE_ATTR", "Applied", "Bound", "Builder", "Match",
-           "Reject", "Rule", "commuted", "const_operand", "dtype_of", "is_scalar_like",
+           "Reject", "Rule", "commuted", "const_operand", "dtype_of",
            "producer_op", "static_value", "tensor_shape"]
 
 #: Node attribute that records which rule created a node (provenance).
@@ -468,7 +469,7 @@ def producer_op(g: GraphIndex, ref: str, ops: str | Iterable[str]) -> NodeDef | 
 
 def commuted(node: NodeDef) -> list[tuple[str, str]]:
     """The (a, b) input orders to try for a binary node: both orders when it is commutative."""
-    ins = [r for r in node.input if not r.startswith("^")]
+    ins = data_inputs(node)
     if len(ins) != 2:
         return []
     a, b = ins
@@ -482,10 +483,6 @@ def const_operand(g: GraphIndex, node: NodeDef) -> tuple[str, np.ndarray] | None
         if val is not None and g.const_value(a) is None:
             return a, val
     return None
-
-
-def is_scalar_like(value: np.ndarray | None) -> bool:
-    return value is not None and value.size == 1
 
 
 def _move_control_edges(g: GraphIndex, old: str, new_ref: str) -> None:

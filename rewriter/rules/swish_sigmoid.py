@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef
+from rewriter.graph import GraphIndex, NodeDef, data_inputs
 from rewriter.rules._activation import (
     fconst,
     linear_of,
@@ -33,7 +33,7 @@ class SwishSigmoid(Rule):
     exact = True
 
     def pattern(self, g: GraphIndex, node: NodeDef) -> Match | None:
-        ins = [r for r in node.input if not r.startswith("^")]
+        ins = data_inputs(node)
         if len(ins) != 3 or scalar_const(g, ins[2]) is None:
             return None
         mul = g.producer(ins[0])

@@ -31,7 +31,7 @@ def graph_facts(model: Model, target: Target, quantize: str) -> list[OpFacts]:
     Nodes the converter removes (constant subgraphs, bias/batch-norm/activation folded into the
     preceding conv) get one fact with ``op == ""`` and a note saying why.
     """
-    from rewriter.graph import GraphIndex
+    from rewriter.graph import GraphIndex, data_inputs
     from rewriter.loops import loop_members
     from rewriter.model import PLUMBING_OPS
 
@@ -65,8 +65,7 @@ def graph_facts(model: Model, target: Target, quantize: str) -> list[OpFacts]:
             lowered = [fused[node.name][0]]
         elif tflite and node.op in ("StatefulPartitionedCall", "PartitionedCall"):
             lowered = _call_lowering(index, node, target)
-            live = [r for r in node.input if not r.startswith("^")
-                    and r.split(":")[0] not in consts]
+            live = [r for r in data_inputs(node) if r.split(":")[0] not in consts]
             if live:
                 base.input_shape = shapes.get(_tensor_name(live[0]))
         elif tflite and node.op in ("RealDiv", "Div") and _const_input(node, consts, 1):
@@ -118,22 +117,22 @@ def _select_v1(node: Any, consts: set[str], shapes: dict[str, Shape]) -> bool:
 
 
 def _const_input(node: Any, consts: set[str], i: int) -> bool:
-    from rewriter.graph import parse_input
+    from rewriter.graph import data_inputs, parse_input
 
-    data = [r for r in node.input if not r.startswith("^")]
+    data = data_inputs(node)
     return len(data) > i and parse_input(data[i])[0] in consts
 
 
 def _converter_fusions(index: Any, consts: set[str]) -> dict[str, tuple[str, str]]:
     """Patterns the TFLite converter fuses into one op: node -> (op, "") for the fused op, and
     node -> ("", note) for the nodes it absorbs. Today: hard swish, x * relu6(x + 3) / 6."""
-    from rewriter.graph import parse_input
+    from rewriter.graph import data_inputs, parse_input
 
     out: dict[str, tuple[str, str]] = {}
 
     def live_inputs(node: Any) -> list[str]:
-        return [parse_input(r)[0] for r in node.input
-                if not r.startswith("^") and parse_input(r)[0] not in consts]
+        return [parse_input(r)[0] for r in data_inputs(node)
+                if parse_input(r)[0] not in consts]
 
     def single(name: str, op: tuple[str, ...]) -> Any:
         node = index.nodes.get(name)
@@ -201,13 +200,12 @@ def _l2norm_fusions(index: Any, consts: set[str], shapes: dict[str, Shape]
                     ) -> dict[str, tuple[str, str]]:
     """``tf.math.l2_normalize`` over the last axis, ``x * rsqrt(max(sum(x^2, -1, keepdims),
     eps))`` (the max optional): the converter emits one L2_NORMALIZATION at the Mul."""
-    from rewriter.graph import parse_input
+    from rewriter.graph import data_inputs, parse_input
 
     out: dict[str, tuple[str, str]] = {}
 
     def live(node: Any) -> list[str]:
-        return [r for r in node.input if not r.startswith("^")
-                and parse_input(r)[0] not in consts]
+        return [r for r in data_inputs(node) if parse_input(r)[0] not in consts]
 
     def single(ref: str, ops: tuple[str, ...]) -> Any:
         node = index.nodes.get(parse_input(ref)[0])
@@ -248,7 +246,9 @@ def _last_axis_only(index: Any, reduce: Any, shape: Shape | None) -> bool:
 
 
 def _small_const(index: Any, node: Any) -> bool:
-    vals = [index.const_value(r) for r in node.input if not r.startswith("^")]
+    from rewriter.graph import data_inputs
+
+    vals = [index.const_value(r) for r in data_inputs(node)]
     eps = [v for v in vals if v is not None]
     return len(eps) == 1 and eps[0].size == 1 and 0 <= float(eps[0].reshape(-1)[0]) \
         < L2_FUSION_EPS_BELOW
@@ -301,14 +301,14 @@ def _infer_shapes(model: Model) -> dict[str, Shape]:
 
 def _constant_nodes(index: Any) -> set[str]:
     """Nodes whose value is a constant: the converter folds them away."""
-    from rewriter.graph import parse_input
+    from rewriter.graph import data_inputs, parse_input
 
     consts: set[str] = set()
     for node in index.topological_order():
         if node.op == "Const":
             consts.add(node.name)
             continue
-        data = [parse_input(r)[0] for r in node.input if not r.startswith("^")]
+        data = [parse_input(r)[0] for r in data_inputs(node)]
         if data and node.op not in _STATEFUL and all(d in consts for d in data):
             consts.add(node.name)
     return consts
@@ -316,7 +316,7 @@ def _constant_nodes(index: Any) -> set[str]:
 
 def _folded_into_producer(index: Any, consts: set[str]) -> dict[str, str]:
     """Nodes the TFLite converter folds into a preceding conv/matmul: node -> that producer."""
-    from rewriter.graph import parse_input
+    from rewriter.graph import data_inputs, parse_input
 
     low = lowering()["tflite_int8"]
     foldable, producers = set(low["fold_into_producer"]), set(low["producers"])
@@ -328,7 +328,7 @@ def _folded_into_producer(index: Any, consts: set[str]) -> dict[str, str]:
             continue
         if node.op not in foldable:
             continue
-        data = [parse_input(r)[0] for r in node.input if not r.startswith("^")]
+        data = [parse_input(r)[0] for r in data_inputs(node)]
         live = [d for d in data if d not in consts]
         if len(live) != 1:
             continue
@@ -347,9 +347,9 @@ def _folded_into_producer(index: Any, consts: set[str]) -> dict[str, str]:
 
 
 def _node_facts(index: Any, node: Any, shapes: dict[str, Shape], consts: set[str]) -> OpFacts:
-    from rewriter.graph import node_dtype, parse_input
+    from rewriter.graph import data_inputs, node_dtype, parse_input
 
-    data = [r for r in node.input if not r.startswith("^")]
+    data = data_inputs(node)
     in_shape = shapes.get(_tensor_name(data[0])) if data else None
     dt = node_dtype(node)
     f = OpFacts(node.name, node.op, source_op=node.op,

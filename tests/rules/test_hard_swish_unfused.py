@@ -58,7 +58,7 @@ def test_tflite_float_and_int8_have_no_hard_swish(tmp_path):
 
 
 def test_edgetpu_plan_picks_it_for_the_mul_the_converter_would_fuse():
-    from rewriter.passes import plan
+    from rewriter.planner import plan
     from rewriter.targets import load_target
 
     before, _ = rewritten(hard_swish, RULE)
