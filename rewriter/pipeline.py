@@ -14,6 +14,7 @@ ones used).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -250,7 +251,11 @@ def _attempt(ctx: _Context, exclude: frozenset[str] = frozenset()) -> Attempt:
 def _recover(ctx: _Context, attempt: Attempt, bar: Bar | None) -> tuple[Attempt, Recovery]:
     """Fine-tune the rewritten graph by distillation from the original (int8 simulated for an
     int8 artifact, at the ranges the converter chose), then export, check and run it again;
-    the returned attempt is the fine-tuned one, the rules' proof (``tf``) the first's."""
+    the returned attempt is the fine-tuned one, the rules' proof (``tf``) the first's.
+
+    The fine-tuned artifact is kept only when its error on the fine-tuning inputs (never the
+    held-back ones) is below the first artifact's; otherwise the first is exported again and
+    the report says so."""
     import contextlib
 
     from rewriter.export.saved_model import export_saved_model
@@ -263,6 +268,8 @@ def _recover(ctx: _Context, attempt: Attempt, bar: Bar | None) -> tuple[Attempt,
     int8 = ctx.quantize == "int8" and target.artifact == "tflite"
     ranges = tensor_ranges(attempt.deployment.exported.path, rewritten) if int8 else None
     train = ctx.data.calibration_samples or []
+    teacher = _run_all(ctx.model, train)
+    error_before = _train_error(ctx, attempt.deployment.exported.path, train, teacher)
     shown = bar(f"fine-tuning ({opts.epochs} epochs)", opts.epochs) if bar else None
     with steps("recover", None if bar else f"fine-tuning ({opts.epochs} epochs)"), \
             (shown or contextlib.nullcontext()) as advance:
@@ -290,6 +297,19 @@ def _recover(ctx: _Context, attempt: Attempt, bar: Bar | None) -> tuple[Attempt,
             if not artifact.ok:
                 warnings.append(layers.describe())
     recovery = Recovery(result, attempt.artifact, artifact, float_after, len(ctx.data.samples))
+    error_after = (_train_error(ctx, deployment.exported.path, train, teacher)
+                   if artifact is not None else math.inf)
+    recovery.train_error = (error_before, error_after)
+    if not error_after < error_before:
+        recovery.kept = False
+        recovery.notes.append(
+            f"the fine-tuned artifact was not better on the fine-tuning inputs (normalised MSE "
+            f"{error_before:.3g} -> {error_after:.3g}): the first artifact was kept")
+        with steps("saved_model", "writing the rewritten SavedModel again"):
+            export_saved_model(rewritten, ctx.outdir / "saved_model")
+        deploy(rewritten, target, ctx.quantize, ctx.outdir / f"model.{target.artifact}", steps,
+               train, opts.int8_io, opts.run_vela, ctx.outdir)
+        return attempt, recovery
     if artifact is not None and attempt.artifact is not None and (
             _worst(artifact) < _worst(attempt.artifact)):
         warnings.append("--recover made the artifact worse on the held-back inputs (min cosine "
@@ -299,6 +319,19 @@ def _recover(ctx: _Context, attempt: Attempt, bar: Bar | None) -> tuple[Attempt,
                               attempt.diagnostics.per_rule)
     return Attempt(attempt.plan, attempt.rewrite, attempt.graph_after, attempt.tf, diagnostics,
                    saved_model, deployment, artifact, warnings, layers), recovery
+
+
+def _train_error(ctx: _Context, path: Path, train: list[dict[str, np.ndarray]],
+                 teacher: Mapping[str, np.ndarray]) -> float:
+    """The artifact's mean squared error on ``train`` over the variance of the original's
+    outputs, averaged over outputs (what fine-tuning minimises, measured on the real file)."""
+    from rewriter.stages import run_samples
+    from rewriter.verify.factory import artifact_runner
+
+    runner = artifact_runner(path, artifact_runtime(ctx.target))
+    outs = run_samples(runner, train, [o.name for o in ctx.model.outputs])
+    return float(np.mean([np.mean((outs[k] - v) ** 2) / max(float(np.var(v)), 1e-12)
+                          for k, v in teacher.items()]))
 
 
 def _worst(run: ArtifactRun) -> float:

@@ -35,6 +35,9 @@ from rewriter.model import Model
 LEARNING_RATE = 3e-4
 #: Samples whose gradients are averaged per update.
 BATCH = 4
+#: How much of a tensor's simulated int8 range is kept at each update (the rest follows the
+#: batch's min/max, as quantisation-aware training's moving ranges do).
+RANGE_MOMENTUM = 0.9
 #: Kernel inputs and their per-channel axis handling, by op.
 _KERNEL_OPS = {"Conv2D": 1, "DepthwiseConv2dNative": 1, "MatMul": 1}
 
@@ -97,9 +100,9 @@ def recover(teacher: Model, student: Model, train: Sequence[Mapping[str, np.ndar
     for epoch in range(epochs):
         rng.shuffle(order)
         total = 0.0
-        lo = np.full(len(net.ranges), np.inf)
-        hi = np.full(len(net.ranges), -np.inf)
         for first in range(0, len(order), BATCH):
+            lo = np.full(len(net.ranges), np.inf)
+            hi = np.full(len(net.ranges), -np.inf)
             batch = order[first:first + BATCH]
             acc = [tf.zeros_like(v) for v in net.trainable]
             for k in batch:
@@ -112,7 +115,7 @@ def recover(teacher: Model, student: Model, train: Sequence[Mapping[str, np.ndar
                     lo = np.minimum(lo, [float(v) for v in mins])
                     hi = np.maximum(hi, [float(v) for v in maxs])
             adam.apply([a / len(batch) for a in acc])
-        net.calibrate(lo, hi)  # the ranges the converter would now find on the same data
+            net.calibrate(lo, hi, RANGE_MOMENTUM)  # follow the ranges the weights now give
         losses.append(total / max(len(train), 1))
         if on_epoch is not None:
             on_epoch(epoch + 1, losses[-1])
@@ -122,7 +125,8 @@ def recover(teacher: Model, student: Model, train: Sequence[Mapping[str, np.ndar
                                               f"weight tensors for {epochs} epoch(s) by "
                                               "distillation"),
         epochs, seed, len(train), len(net.trainable),
-        int(sum(int(np.prod(v.shape)) for v in net.trainable)), len(net.axes),
+        int(sum(int(np.prod(v.shape)) for v in net.trainable)),
+        sum(w.name in net.axes for w in net.weights),
         len(net.ranges), losses, time.perf_counter() - start, notes)
 
 
@@ -139,7 +143,8 @@ class _Student:
 
         self.model = model
         self.graph_def = _pruned(model)
-        self.weights = find_weights(self.graph_def)
+        self.weights = [w for w in find_weights(self.graph_def)
+                        if not _made_by_rule(self.graph_def, w.name)]
         self.axes = _kernel_axes(self.graph_def) if int8_ranges is not None else {}
         g = GraphIndex(self.graph_def)
         self.observed = [n for n in (int8_ranges or {}) if n in g and
@@ -178,15 +183,25 @@ class _Student:
         k = len(self.model.outputs)
         return list(got[:k]), reads, list(got[k:])
 
-    def calibrate(self, lo: np.ndarray, hi: np.ndarray) -> None:
-        """Min/max over the last epoch, widened to contain 0 (as the converter's ranges are)."""
+    def calibrate(self, lo: np.ndarray, hi: np.ndarray, momentum: float) -> None:
+        """Move each range towards the batch's min/max widened to contain 0 (as the
+        converter's ranges are), by ``1 - momentum``."""
         for (vlo, vhi), a, b in zip(self.ranges, lo, hi, strict=True):
             if np.isfinite(a) and np.isfinite(b) and b > a:
-                vlo.assign(min(float(a), 0.0))
-                vhi.assign(max(float(b), 0.0))
+                vlo.assign(momentum * float(vlo.numpy()) + (1 - momentum) * min(float(a), 0.0))
+                vhi.assign(momentum * float(vhi.numpy()) + (1 - momentum) * max(float(b), 0.0))
 
     def frozen(self) -> Any:
         return _frozen(self.graph_def, self.weights, self.variables)
+
+
+def _made_by_rule(graph_def: Any, name: str) -> bool:
+    """Whether a const belongs to a rewrite rule's construction (its provenance attribute, on
+    it or on the node reading it): those are the rule's math, not learned weights."""
+    from rewriter.rules.base import RULE_ATTR
+
+    g = GraphIndex(graph_def)
+    return RULE_ATTR in g[name].attr or any(RULE_ATTR in c.attr for c in g.consumers(name))
 
 
 def _pruned(model: Model) -> Any:
@@ -264,7 +279,9 @@ def _fake_quant_kernel(v: Any, how: str) -> Any:
 
 
 class _Adam:
-    """Adam (Kingma and Ba) over a list of variables."""
+    """Adam (Kingma and Ba) over a list of variables, each step scaled by the variable's own
+    RMS at the start (so a learning rate of 3e-4 moves a kernel and a bias by the same
+    fraction of their size, never a small tensor by more than it holds)."""
 
     def __init__(self, variables: Sequence[Any], lr: float, b1: float = 0.9,
                  b2: float = 0.999, eps: float = 1e-8) -> None:
@@ -273,6 +290,8 @@ class _Adam:
         self.vars, self.lr, self.b1, self.b2, self.eps = list(variables), lr, b1, b2, eps
         self.m = [tf.zeros_like(v) for v in self.vars]
         self.v = [tf.zeros_like(v) for v in self.vars]
+        self.size = [max(float(np.sqrt(np.mean(np.square(v.numpy())))), 1e-3)
+                     for v in self.vars]
         self.t = 0
 
     def apply(self, grads: Sequence[Any]) -> None:
@@ -283,7 +302,7 @@ class _Adam:
         for k, (var, g) in enumerate(zip(self.vars, grads, strict=True)):
             self.m[k] = self.b1 * self.m[k] + (1 - self.b1) * g
             self.v[k] = self.b2 * self.v[k] + (1 - self.b2) * tf.square(g)
-            var.assign_sub(scale * self.m[k] / (tf.sqrt(self.v[k]) + self.eps))
+            var.assign_sub(scale * self.size[k] * self.m[k] / (tf.sqrt(self.v[k]) + self.eps))
 
 
 def _frozen(graph_def: Any, weights: Sequence[Any], variables: Sequence[Any]) -> Any:
@@ -315,9 +334,12 @@ class Recovery:
     float_after: Any  # metrics.Comparison: the fine-tuned float graph vs the original
     held_back: int
     notes: list[str] = field(default_factory=list)
+    kept: bool = True  # False: the fine-tuned artifact was no better, the first one stays
+    train_error: tuple[float, float] | None = None  # on the fine-tuning inputs, before/after
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.result.to_json(), "held_back": self.held_back,
+        return {**self.result.to_json(), "held_back": self.held_back, "kept": self.kept,
+                "train_error": list(self.train_error) if self.train_error else None,
                 "before": _brief(self.before), "after": _brief(self.after),
                 "float_after": _brief_cmp(self.float_after),
                 "notes": [*self.result.notes, *self.notes]}
@@ -326,6 +348,8 @@ class Recovery:
         b, a = _brief(self.before), _brief(self.after)
         parts = [f"--recover ({self.result.epochs} epochs on {self.result.train_samples} "
                  f"samples): on {self.held_back} held-back input(s)"]
+        if not self.kept:
+            parts[0] += " the fine-tuned artifact was no better, the first one is kept"
         for name in a:
             parts.append(f"{name}: cosine {b[name]['cosine']:.5f} -> {a[name]['cosine']:.5f}, "
                          f"max abs error {b[name]['max_abs_error']:.3g} -> "

@@ -50,7 +50,8 @@ def build_report(job: Job) -> dict[str, Any]:
     report.update(_attempt_report(attempt, why))
     if job.recovery is not None:
         report["recover"] = job.recovery.to_json()
-        report["equivalence"]["recovered_tf"] = job.recovery.float_after.to_json()
+        if job.recovery.kept:
+            report["equivalence"]["recovered_tf"] = job.recovery.float_after.to_json()
     report["summary"] = summary(report, attempt, job.data.verification.synthetic)
     if job.recovery is not None:
         report["summary"] = report["summary"][:-1] + "; " + job.recovery.describe() + "."
