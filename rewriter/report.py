@@ -1,7 +1,7 @@
 """Reports of a job: ``report.json`` for pipelines and ``report.md`` for people.
 
 :func:`build_report` builds the ``report.json`` dict once, at the end of the job, from the
-stages' typed results (:class:`rewriter.pipeline.Job`). The JSON schema is documented in the
+stages' typed results (:class:`rewriter.results.Job`). The JSON schema is documented in the
 README ("report.json"); the Markdown is rendered from the same dict, so the two cannot disagree.
 """
 
@@ -15,8 +15,8 @@ from rewriter.fsutil import atomic_write_text
 from rewriter.targets.tail import cpu_tail
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rewriter.pipeline import Attempt, Job
     from rewriter.planner import Plan
+    from rewriter.results import Attempt, Job
     from rewriter.stages import Deployment
     from rewriter.targets import Target
     from rewriter.verify.metrics import Comparison

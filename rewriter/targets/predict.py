@@ -9,7 +9,7 @@ fuses into one op (hard swish, GELU, L2 normalisation), with dtypes after quanti
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -18,14 +18,22 @@ from rewriter.targets.tables import lowering
 
 if TYPE_CHECKING:  # pragma: no cover
     from rewriter.model import Model
-    from rewriter.targets.target import Target
+
+
+class LoweringTarget(Protocol):
+    """What the prediction needs of a target (:class:`rewriter.targets.Target` has it): its
+    artifact kind and the target ops the converter emits for a TF op."""
+
+    artifact: str
+
+    def lower(self, tf_op: str) -> list[str] | None: ...
 
 _BATCH_MATMULS = ("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
 _STATEFUL = {"RandomUniform", "RandomStandardNormal", "Placeholder", "PlaceholderWithDefault",
              "VarHandleOp", "ReadVariableOp", "VariableV2"}
 
 
-def graph_facts(model: Model, target: Target, quantize: str) -> list[OpFacts]:
+def graph_facts(model: Model, target: LoweringTarget, quantize: str) -> list[OpFacts]:
     """Facts for every op the converter will emit for ``model``, in execution order.
 
     Nodes the converter removes (constant subgraphs, bias/batch-norm/activation folded into the
@@ -90,7 +98,7 @@ def graph_facts(model: Model, target: Target, quantize: str) -> list[OpFacts]:
     return out
 
 
-def _loop_facts(node: str, target: Target, quantize: str) -> list[OpFacts]:
+def _loop_facts(node: str, target: LoweringTarget, quantize: str) -> list[OpFacts]:
     """The facts of one while loop (named by its LoopCond): the converter's lowering of
     ``While``, or a Flex op when the target kind has none."""
     lowered = target.lower("While")
@@ -254,7 +262,7 @@ def _small_const(index: Any, node: Any) -> bool:
         < L2_FUSION_EPS_BELOW
 
 
-def _call_lowering(index: Any, node: Any, target: Target) -> list[str] | None:
+def _call_lowering(index: Any, node: Any, target: LoweringTarget) -> list[str] | None:
     """Ops emitted for a function call node (the converter inlines the function body)."""
     from rewriter.model import PLUMBING_OPS
 
