@@ -301,6 +301,10 @@ def _placement_md(r: dict[str, Any]) -> list[str]:
                     if cut else "none")
         out.append(f"| {label} | {p['ops_on_accelerator']} of {p['ops_total']} "
                    f"({p['percent_on_accelerator']}%) | {_cell(cut_text)} |")
+    warned = (r.get("placement_after") or {}).get("might_not_map") or []
+    if warned:
+        out += ["", "Mapped, but the target's documentation says they might not be:", ""]
+        out += [f"- {w['count']} x {w['warning']}" for w in warned]
     return out
 
 

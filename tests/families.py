@@ -138,3 +138,37 @@ def waveforms(n: int, samples: int = 2000, seed: int = 0) -> np.ndarray:
         sig = sum(np.sin(2 * np.pi * fi * t) for fi in f) * env / 3
         out[i, 0] = np.clip(sig + rng.normal(0, 0.02, samples), -1, 1)
     return out
+
+
+def transformer_encoder(tokens: int = 16, dim: int = 32, heads: int = 2, mlp: int = 64,
+                        classes: int = 4, legacy: bool = False, epsilon: float = 1e-6,
+                        seed: int = 0) -> Any:
+    """A small transformer encoder block (Keras 3, or tf_keras when ``legacy``):
+    MultiHeadAttention + residual + LayerNormalization, a GELU MLP + residual +
+    LayerNormalization, mean over tokens, a linear classifier. Batch 1, [tokens, dim] input."""
+    if legacy:
+        import tf_keras as k
+    else:
+        import keras as k
+    layers = k.layers
+    k.utils.set_random_seed(seed)
+    inp = k.Input((tokens, dim), batch_size=1, name="embeddings")
+    att = layers.MultiHeadAttention(num_heads=heads, key_dim=dim // heads)(inp, inp)
+    x = layers.LayerNormalization(epsilon=epsilon)(layers.Add()([inp, att]))
+    f = layers.Dense(mlp, activation="gelu")(x)
+    x = layers.LayerNormalization(epsilon=epsilon)(layers.Add()([x, layers.Dense(dim)(f)]))
+    out = layers.Dense(classes)(layers.GlobalAveragePooling1D()(x))
+    return k.Model(inp, out)
+
+
+def token_embeddings(n: int, tokens: int = 16, dim: int = 32, vocab: int = 64,
+                     seed: int = 0) -> np.ndarray:
+    """Representative encoder inputs: sequences of ``tokens`` ids drawn from a vocabulary,
+    looked up in one fixed random embedding table (N(0, 1)) plus sinusoidal positions, as an
+    embedding layer in front of the encoder gives them. ``seed`` picks the sequences only."""
+    table = np.random.default_rng(1234).normal(0, 1, (vocab, dim))
+    pos = np.arange(tokens)[:, None] / np.power(10000.0, np.arange(0, dim, 2) / dim)[None]
+    positions = np.zeros((tokens, dim))
+    positions[:, 0::2], positions[:, 1::2] = np.sin(pos), np.cos(pos)
+    ids = np.random.default_rng(seed).integers(0, vocab, (n, tokens))
+    return (table[ids] + positions[None]).astype(np.float32)

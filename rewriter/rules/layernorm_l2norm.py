@@ -79,31 +79,37 @@ class LayerNormL2Norm(LayerNormRule):
         return None
 
     def rewrite(self, g: GraphIndex, m: Match, b: Builder) -> str:
-        ln, shape = m.extra["ln"], m.extra["shape"]
-        c, rank = shape[-1], len(shape)
-        last = b.const("last_axis", np.asarray([rank - 1]), dtype=np.int32)
-        d = b.op("Sub", [ln.x, channel_mean(b, ln.x, shape)], "centered")
-        pads = np.zeros((rank, 2), np.int32)
-        pads[-1, 1] = 1
-        padded = b.op("Pad", [d, b.const("pad_channel", pads, dtype=np.int32)], "padded",
-                      attrs={"Tpaddings": np.int32})
-        eps = np.zeros([1] * (rank - 1) + [c + 1])
-        eps[..., c] = np.sqrt(c * ln.eps)
-        cat = b.op("AddV2", [padded, b.const("eps_channel", eps)], "with_eps")
-        sq = b.op("Sum", [b.op("Square", [cat], "square"), last], "sum_squares",
-                  attrs={"keep_dims": True, "Tidx": np.int32})
-        inv = b.op("Rsqrt", [b.op("Maximum", [sq, b.const("l2_eps", L2_EPS)], "clamped")],
-                   "inv_norm")
-        unit = b.op("Mul", [cat, inv], "l2_normalized")
-        begin = b.const("slice_begin", np.zeros(rank), dtype=np.int32)
-        size = b.const("slice_size", np.asarray(shape), dtype=np.int32)
-        y = b.op("Slice", [unit, begin, size], "channels", attrs={"Index": np.int32})
-        scale = np.sqrt(float(c)) * (1.0 if ln.gamma is None else
-                                     np.asarray(ln.gamma, np.float64))
-        y = b.op("Mul", [y, b.const("sqrt_c_gamma", scale)], "scaled")
-        if ln.beta is not None:
-            y = b.op("AddV2", [y, b.const("beta", ln.beta)], "shifted")
-        return y
+        ln = m.extra["ln"]
+        return l2norm_layernorm(b, ln.x, m.extra["shape"], ln.eps, ln.gamma, ln.beta)
+
+
+def l2norm_layernorm(b: Builder, x: str, shape: list[int], eps: float,
+                     gamma: np.ndarray | None, beta: np.ndarray | None) -> str:
+    """``sqrt(C) * slice(l2_normalize(pad(x - mean(x)) + e)) * gamma + beta`` over the last axis
+    of ``x`` (static ``shape``); gamma and beta broadcast against ``shape``."""
+    c, rank = shape[-1], len(shape)
+    last = b.const("last_axis", np.asarray([rank - 1]), dtype=np.int32)
+    d = b.op("Sub", [x, channel_mean(b, x, shape)], "centered")
+    pads = np.zeros((rank, 2), np.int32)
+    pads[-1, 1] = 1
+    padded = b.op("Pad", [d, b.const("pad_channel", pads, dtype=np.int32)], "padded",
+                  attrs={"Tpaddings": np.int32})
+    e = np.zeros([1] * (rank - 1) + [c + 1])
+    e[..., c] = np.sqrt(c * eps)
+    cat = b.op("AddV2", [padded, b.const("eps_channel", e)], "with_eps")
+    sq = b.op("Sum", [b.op("Square", [cat], "square"), last], "sum_squares",
+              attrs={"keep_dims": True, "Tidx": np.int32})
+    inv = b.op("Rsqrt", [b.op("Maximum", [sq, b.const("l2_eps", L2_EPS)], "clamped")],
+               "inv_norm")
+    unit = b.op("Mul", [cat, inv], "l2_normalized")
+    begin = b.const("slice_begin", np.zeros(rank), dtype=np.int32)
+    size = b.const("slice_size", np.asarray(shape), dtype=np.int32)
+    y = b.op("Slice", [unit, begin, size], "channels", attrs={"Index": np.int32})
+    scale = np.sqrt(float(c)) * (1.0 if gamma is None else np.asarray(gamma, np.float64))
+    y = b.op("Mul", [y, b.const("sqrt_c_gamma", scale)], "scaled")
+    if beta is not None:
+        y = b.op("AddV2", [y, b.const("beta", beta)], "shifted")
+    return y
 
 
 #: The Edge TPU's MEAN over depth needs a depth that is a multiple of this.

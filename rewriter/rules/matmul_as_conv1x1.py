@@ -8,7 +8,8 @@ maps a FULLY_CONNECTED only when its "output tensor is one-dimensional" (its doc
 so Dense layers on sequences (transformers) and on feature maps (ConvNeXt's pointwise MLP) stop
 the compiler. As a CONV_2D they run.
 
-Keras' ``Dense`` on rank > 2 freezes as ``Reshape(x, [M, K]) -> MatMul -> Reshape``; when x came
+tf_keras' ``EinsumDense`` (``rows + K, K + N -> rows + N``, as in MultiHeadAttention) is the same
+matmul with x seen as [rows, prod K]. Keras' ``Dense`` on rank > 2 freezes as ``Reshape(x, [M, K]) -> MatMul -> Reshape``; when x came
 through such a Reshape from a tensor of rank <= 4 whose last axis is K, the convolution reads that
 tensor directly, so no reshape regroups dimensions (one would move data on the Edge TPU, which
 warns that "certain reshapes might not be mapped"). The result is reshaped to the matmul's own
@@ -31,7 +32,7 @@ from rewriter.rules.base import (
     tensor_shape,
 )
 
-MATMUL_OPS = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"})
+MATMUL_OPS = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum"})
 
 
 def _flag(node: NodeDef, *names: str) -> bool:
@@ -52,8 +53,10 @@ class MatMulAsConv1x1(Rule):
         if len(ins) != 2 or g.const_value(ins[0]) is not None:
             return None
         weights = static_value(g, ins[1])
-        if weights is None:
-            return None
+        shape = tensor_shape(g, ins[0])
+        if weights is None or (shape is not None and len(shape) >= 2
+                               and all(d == 1 for d in shape[:-1])):
+            return None  # one row: the FULLY_CONNECTED's output is one-dimensional already
         return Match(root=node, nodes=[node], inputs={"x": ins[0]},
                      consts={"w": np.asarray(weights[0], np.float64)})
 
@@ -61,6 +64,8 @@ class MatMulAsConv1x1(Rule):
         node = m.root
         if dtype_of(node) != np.dtype(np.float32):
             return Reject(f"dtype {dtype_of(node)} is not float32", node.name)
+        if node.op == "Einsum":
+            return self._check_einsum(g, m)
         if _flag(node, "transpose_a", "adj_x"):
             return Reject("the activation operand is transposed", node.name)
         w = m.consts["w"]
@@ -76,10 +81,32 @@ class MatMulAsConv1x1(Rule):
             return Reject(f"input shape {shape} is not static", node.name)
         if len(shape) > 4 or len(shape) < 2:
             return Reject(f"input rank {len(shape)} is not 2..4", node.name)
-        if int(np.prod(shape[:-1])) == 1:
-            return Reject(f"input {list(shape)} has one row: the FULLY_CONNECTED output is "
-                          "already one-dimensional", node.name)
         m.extra["x"], m.extra["shape"] = self._source(g, m.inputs["x"], list(shape))
+        m.extra["out"] = [int(d) for d in out]
+        return None
+
+    @staticmethod
+    def _check_einsum(g: GraphIndex, m: Match) -> Reject | None:
+        """tf_keras ``EinsumDense``: ``rows + K, K + N -> rows + N`` (e.g. ``abc,cde->abde``),
+        a matmul of x seen as [rows, prod K] with the kernel seen as [prod K, prod N]."""
+        node = m.root
+        eq = node.attr["equation"].s.decode().replace(" ", "")
+        shape = tensor_shape(g, m.inputs["x"])
+        out = tensor_shape(g, f"{node.name}:0")
+        if shape is None or out is None or any(d is None for d in (*shape, *out)):
+            return Reject(f"input shape {shape} is not static", node.name)
+        lhs, _, res = eq.partition("->")
+        a, _, w = lhs.partition(",")
+        k = [c for c in a if c in w and c not in res]
+        rows, n = a[:len(a) - len(k)], w[len(k):]
+        if not k or a[len(rows):] != "".join(k) or not w.startswith("".join(k)) \
+                or res != rows + n or len(m.consts["w"].shape) != len(w):
+            return Reject(f"equation {eq!r} is not rows+K,K+N->rows+N", node.name)
+        if len(rows) + 1 > 4:
+            return Reject(f"{len(rows)} row axes: more than 3", node.name)
+        kk = int(np.prod(shape[len(rows):]))
+        m.consts["w"] = m.consts["w"].reshape(kk, -1)
+        m.extra["x"], m.extra["shape"] = m.inputs["x"], [int(d) for d in shape[:len(rows)]] + [kk]
         m.extra["out"] = [int(d) for d in out]
         return None
 
@@ -98,7 +125,7 @@ class MatMulAsConv1x1(Rule):
 
     def rewrite(self, g: GraphIndex, m: Match, b: Builder) -> str:
         x, shape, w = m.extra["x"], m.extra["shape"], m.consts["w"]
-        if len(shape) < 4:
+        if len(shape) < 4 or list(tensor_shape(g, x) or ()) != shape:
             shape4 = [1] * (4 - len(shape)) + shape
             x = b.op("Reshape", [x, b.const("shape4", shape4, dtype=np.int32)], "as_rank4",
                      attrs={"Tshape": np.int32})

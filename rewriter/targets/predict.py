@@ -78,7 +78,7 @@ def graph_facts(model: Model, target: LoweringTarget, quantize: str) -> list[OpF
                 base.input_shape = shapes.get(_tensor_name(live[0]))
         elif tflite and node.op in ("RealDiv", "Div") and _const_input(node, consts, 1):
             lowered = ["MUL"]
-        elif tflite and node.op in _BATCH_MATMULS and _const_input(node, consts, 1):
+        elif tflite and node.op in (*_BATCH_MATMULS, "Einsum") and _const_input(node, consts, 1):
             lowered = ["FULLY_CONNECTED"]  # constant weights: the converter emits an FC
         elif tflite and node.op == "SelectV2" and _select_v1(node, consts, shapes):
             lowered = ["SELECT"]  # TF 2.21: no constant operand, equal shapes (ELU(alpha))
@@ -89,7 +89,7 @@ def graph_facts(model: Model, target: LoweringTarget, quantize: str) -> list[OpF
             out.append(base)
             continue
         if target.artifact == "tflite" and node.op in ("FusedBatchNorm", "FusedBatchNormV3"):
-            lowered = ["MUL", "ADD"]
+            lowered = _batch_norm_lowering(node)
         for t in lowered:
             f = OpFacts(**{**base.__dict__, "op": t})
             f.dtype = f.out_dtype = tf_level_dtype(t, base.dtype, quantize, target.artifact)
@@ -122,6 +122,19 @@ def _select_v1(node: Any, consts: set[str], shapes: dict[str, Shape]) -> bool:
         return False
     found = [shapes.get(_tensor_name(r)) for r in data]
     return found[0] is not None and all(s == found[0] for s in found)
+
+
+#: What the converter emits for a training-mode FusedBatchNorm (tf_keras LayerNormalization's
+#: fused path): the batch statistics computed in the graph (measured, TF 2.21).
+_TRAINING_BN = ["MEAN", "SQUARED_DIFFERENCE", "MEAN", "ADD", "RSQRT", "MUL", "MUL", "SUB", "ADD"]
+
+
+def _batch_norm_lowering(node: Any) -> list[str]:
+    """Inference batch norm: a MUL and an ADD; training mode (batch statistics): the moments."""
+    if not node.attr["is_training"].b:
+        return ["MUL", "ADD"]
+    nchw = node.attr["data_format"].s.decode().startswith("NC")
+    return ["TRANSPOSE", *_TRAINING_BN, "TRANSPOSE"] if nchw else list(_TRAINING_BN)
 
 
 def _const_input(node: Any, consts: set[str], i: int) -> bool:

@@ -112,11 +112,14 @@ class GraphCheck:
         return out
 
     def placement(self) -> dict[str, Any]:
-        """Ops on the accelerator out of all (folded-away nodes not counted), and the cut."""
+        """Ops on the accelerator out of all (folded-away nodes not counted), the cut, and the
+        ops the table says might not be mapped (``might_not_map``: op, count, warning)."""
         mapped, total = self.on_accelerator()
         return {"ops_total": total, "ops_on_accelerator": mapped,
                 "percent_on_accelerator": round(100.0 * mapped / total, 1) if total else 100.0,
-                "cut": self.cut}
+                "cut": self.cut,
+                "might_not_map": [{k: v for k, v in w.items() if k != "nodes"}
+                                  for w in self.warnings_summary()]}
 
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target, "level": self.level, "ok": self.ok, "cut": self.cut,

@@ -62,10 +62,9 @@ def test_batch_matmul_and_transposed_weights(transpose_b):
     assert_close_rel(_run(result.model, x), _run(model, x))
 
 
-def test_refuses_a_single_row_and_activation_weights():
+def test_leaves_a_single_row_and_activation_weights_alone():
     result = apply_rules(_dense((1, 8)), [RULE])
-    assert result.applied == []
-    assert "has one row" in result.rejected[0]["reason"]
+    assert result.applied == [] and result.rejected == []
     both = model_from_function(lambda a, b: tf.matmul(a, b), [(4, 8), (8, 3)])
     assert apply_rules(both, [RULE]).applied == []
 
