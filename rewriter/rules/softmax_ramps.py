@@ -20,6 +20,7 @@ import numpy as np
 from rewriter.graph import GraphIndex, NodeDef
 from rewriter.ranges import sample_values
 from rewriter.rules._activation import FloatRule
+from rewriter.rules._reduce import channel_mean
 from rewriter.rules._unary import (
     NOMINAL_BOUND,
     RAMP_OPS,
@@ -97,7 +98,7 @@ class SoftmaxRamps(FloatRule):
         top = b.op("Max", [x, axis], "max", attrs=reduce)
         d = b.op("Sub", [x, top], "shifted")
         e = build_ramps(b, d, shape, m.extra["fit_e"])
-        mean = b.op("Mean", [e, axis], "mean", attrs=reduce)
+        mean = channel_mean(b, e, list(shape))  # a 1x1 conv where the Edge TPU's MEAN refuses
         norm = build_ramps(b, mean, (*shape[:-1], 1), m.extra["fit_n"])
         if m.extra["log"]:
             return b.op("Sub", [d, norm], "out")
