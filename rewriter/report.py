@@ -41,6 +41,8 @@ def build_report(job: Job) -> dict[str, Any]:
         report["retry"] = job.retry.to_json()
     why = unfixable_why(attempt.plan, target)
     tail = cpu_tail(attempt.rewrite.model, attempt.graph_after)  # what rewriting left
+    if tail is not None and not attempt.deployment.unsupported_ops():
+        tail = None  # predicted, but the exported file runs it (ONNX Runtime runs NMS)
     if tail is not None:
         report["cpu_tail"] = tail.to_json()
         for op in tail.ops:  # the tail's ops: post-processing, not a missing rule

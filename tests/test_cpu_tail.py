@@ -78,3 +78,10 @@ def test_nms_default_minus_inf_threshold_is_not_a_broken_weight(tmp_path):
     model = load_model(detector_with_nms(tmp_path / "det", post="combined"))
     assert any(n.op == "CombinedNonMaxSuppression" for n in model.graph_def.node)
     check_weights(model)  # raises UserError for a non-finite weight
+
+
+def test_no_tail_where_the_exported_file_runs_the_post_processing(nms_v5, tmp_path, cli):
+    """ONNX Runtime runs NMS: the graph-level prediction is not reported as a tail."""
+    code, _, _ = cli("run", nms_v5, "--target", "onnx", "-o", tmp_path, "-q")
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert code == 0 and "cpu_tail" not in report
