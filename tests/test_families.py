@@ -89,19 +89,16 @@ def audio_files(tmp_path_factory):
     return saved, root / "logmel.npy", logmel[:, None]
 
 
-@pytest.mark.parametrize("target", TARGETS)
-def test_keras3_detector_is_placed_and_matches(det_files, target, tmp_path, cli):
-    root, images = det_files
-    code, report = _job(cli, root / "det.keras", target, tmp_path,
-                        "--calibration", root / "images.npy")
-    assert code == 0
-    _assert_deployed(report, target, tmp_path, images[:2])
+DETECTOR_CASES = [("det.keras", t) for t in TARGETS] + [("det_tfkeras.h5", "edgetpu"),
+                                                         ("det_tfkeras.h5", "tflm")]
 
 
-@pytest.mark.parametrize("target", ["edgetpu", "tflm"])
-def test_tfkeras_detector_is_placed_and_matches(det_files, target, tmp_path, cli):
+@pytest.mark.parametrize(("name", "target"), DETECTOR_CASES)
+def test_detector_is_placed_and_matches(det_files, name, target, tmp_path, cli):
+    """Keras 3 on every target; tf_keras (.h5, ResizeNearestNeighbor upsampling) where the
+    Keras 3 form needed a rewrite."""
     root, images = det_files
-    code, report = _job(cli, root / "det_tfkeras.h5", target, tmp_path,
+    code, report = _job(cli, root / name, target, tmp_path,
                         "--calibration", root / "images.npy")
     assert code == 0
     _assert_deployed(report, target, tmp_path, images[:2])
