@@ -148,14 +148,14 @@ def render(results: dict[str, Any]) -> str:
         for t in targets:
             cell = row.get(t, {})
             passed += bool(cell.get("pass"))
-            cells.append(_cell(cell))
+            cells.append(_cell(cell, t))
         lines.append(f"| {key} | " + " | ".join(cells) + " |")
     total = len(results["rows"]) * len(targets)
     lines += ["", f"{passed} of {total} cells pass."]
     return "\n".join(lines) + "\n"
 
 
-def _cell(c: dict[str, Any]) -> str:
+def _cell(c: dict[str, Any], target: str = "tflm") -> str:
     if not c:
         return ""
     if c.get("exit") == "crash":
@@ -172,8 +172,24 @@ def _cell(c: dict[str, Any]) -> str:
     if c.get("vela") and c["vela"]["cpu"]:
         parts.append(f"Vela {c['vela']['cpu']} CPU")
     if c.get("tflm_error"):
-        parts.append("TFLM: " + c["tflm_error"].split(": ", 1)[-1][:60])
+        who = "TFLM" if target == "tflm" else "TFLM without the NPU"
+        parts.append(f"{who}: " + c["tflm_error"].split(": ", 1)[-1][:60])
     return "; ".join(parts)
+
+
+def dumps(results: dict[str, Any]) -> str:
+    """The results as JSON with one line per cell (readable diffs, no indented bulk)."""
+    head = {k: v for k, v in results.items() if k != "rows"}
+    lines = ["{", *(f" {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()), ' "rows": {']
+    rows = list(results["rows"].items())
+    for i, (key, row) in enumerate(rows):
+        lines.append(f"  {json.dumps(key)}: {{")
+        cells = list(row.items())
+        for j, (t, cell) in enumerate(cells):
+            lines.append(f"   {json.dumps(t)}: {json.dumps(cell)}" + ("," if j < len(cells) - 1 else ""))
+        lines.append("  }" + ("," if i < len(rows) - 1 else ""))
+    lines += [" }", "}"]
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,9 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     keys = args.activations.split(",") if args.activations else [a.key for a in catalogue()]
     targets = args.targets.split(",")
     work = Path(args.work)
+    shown = [a for a in ("--activations", "--targets") if getattr(args, a[2:]) is not None
+             and (a != "--targets" or args.targets != ",".join(TARGETS))]
     results: dict[str, Any] = {
-        "command": "PYTHONPATH=. python benchmarks/activation_matrix.py "
-                   + " ".join(a for a in (argv if argv is not None else sys.argv[1:])),
+        "command": " ".join(["PYTHONPATH=. python benchmarks/activation_matrix.py",
+                             *(f"{a} {getattr(args, a[2:])}" for a in shown)]),
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "targets": targets, "rows": {}}
     for key in keys:
@@ -205,11 +223,11 @@ def main(argv: list[str] | None = None) -> int:
             out = paths["model"].parent / t
             out.mkdir(exist_ok=True)
             row[t] = run_one(paths, t, out)
-            print(f"{key:24s} {t:14s} {_cell(row[t])}", flush=True)
+            print(f"{key:24s} {t:14s} {_cell(row[t], t)}", flush=True)
         results["rows"][key] = row
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(results, indent=1))
+    out.with_suffix(".json").write_text(dumps(results))
     out.with_suffix(".md").write_text(render(results))
     return 0
 

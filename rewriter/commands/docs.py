@@ -1,7 +1,9 @@
 """``rewrite docs``: regenerate ``docs/targets/*.md`` from the op tables (``--check``: verify).
 
 The pages are generated, never edited, so they cannot drift from the tables; ``--check`` exits 1
-and names the stale pages when a table changed without ``rewrite docs`` being run.
+and names the stale pages when a table changed without ``rewrite docs`` being run. One page,
+``activations.md`` (:mod:`rewriter.activation_table`), is the activation x target table the
+planner decides (it plans every activation: about 30 s).
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from typing import Any
 
 from rewriter.errors import UserError
 
-HELP = "regenerate docs/targets/*.md from op_tables/ (--check: fail if they are stale)"
+HELP = ("regenerate docs/targets/*.md from op_tables/ and the rules (--check: fail if they are "
+        "stale)")
 
 
 
@@ -30,12 +33,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="directory (default: docs/targets of the source checkout)")
 
 
-def stale_pages(out: Path) -> list[str]:
-    """Pages under ``out`` that are missing or differ from what the tables generate."""
+def pages() -> dict[str, str]:
+    """Every generated page: the op tables' and the activation table."""
+    from rewriter.activation_table import PAGE, page
+    from rewriter.resources import source_checkout
     from rewriter.targets import docs_files
 
+    return {**docs_files(), PAGE: page(source_checkout())}
+
+
+def stale_pages(out: Path) -> list[str]:
+    """Pages under ``out`` that are missing or differ from what the tables generate."""
     stale = []
-    for name, text in docs_files().items():
+    for name, text in pages().items():
         page = out / name
         if not page.is_file() or page.read_text() != text:
             stale.append(name)
@@ -44,7 +54,6 @@ def stale_pages(out: Path) -> list[str]:
 
 def run(args: argparse.Namespace, ui: Any) -> int:
     from rewriter.fsutil import atomic_write_bytes
-    from rewriter.targets import docs_files
 
     if args.out is None and docs_dir() is None:
         raise UserError("no source checkout here (rewriter runs from an installed package): "
@@ -58,7 +67,7 @@ def run(args: argparse.Namespace, ui: Any) -> int:
             ui.out(f"{out}: up to date")
         return 1 if stale else 0
     out.mkdir(parents=True, exist_ok=True)
-    for name, text in docs_files().items():
+    for name, text in pages().items():
         atomic_write_bytes(out / name, text.encode())
         ui.info(f"wrote {out / name}")
     return 0
