@@ -42,6 +42,9 @@ from rewriter.verify.runners import RunnerError, TFLiteIO
 
 #: How many layers the table lists (largest growth first).
 WORST = 10
+#: Elements per channel and sample below which a tensor is measured as a whole (a squeeze-excite
+#: vector of shape 1x1x1xC has one value per channel: no spread to measure it against).
+MIN_PER_CHANNEL = 16
 _CALL = re.compile(r"^(?:Stateful)?PartitionedCall(?:_\d+)?$")
 _QUANTISED = (np.int8, np.uint8, np.int16)
 
@@ -89,9 +92,13 @@ class LayerError:
     channel_spread: float  # the largest among its outputs
     step: float | None  # quantisation step of its last output
     fused: list[str] = field(default_factory=list)  # other layers the converter fused into it
+    bias_share: float = math.nan  # share of ``added``'s MSE that is a per-channel mean shift
+    #: per channel, the mean of (int8 output - float output on the int8 inputs): what a bias
+    #: correction would subtract (not in the JSON)
+    mean_error: np.ndarray | None = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {k: _fin(v) for k, v in self.__dict__.items()}
+        return {k: _fin(v) for k, v in self.__dict__.items() if k != "mean_error"}
 
 
 @dataclass
@@ -265,12 +272,16 @@ def _layer(group: list[OpError], rows: Mapping[int, OpError], own: _Acc,
     last = group[-1]
     fused = sorted({layer_of(p.split(":")[0], top) for r in group
                     for p in r.tensor.split(";")} - {last.layer})
+    mean = (np.atleast_1d(np.asarray(own.err1, np.float64)) / own.n) if own.n else None
+    share = math.nan
+    if mean is not None and float(np.sum(own.err2)) > 0:
+        share = float(np.sum(mean ** 2) * own.n / float(np.sum(own.err2)))
     return LayerError(
         last.layer, group[0].index, last.index, [r.op for r in group], last.node,
         max(entering, default=0.0), last.rel_error,
         _relative_error(own) if own.n else math.nan, last.cosine,
         max(r.channel_spread for r in group), last.step,
-        [f for f in fused if f and "/" not in f and not _CALL.match(f)][:5])
+        [f for f in fused if f and "/" not in f and not _CALL.match(f)][:5], share, mean)
 
 
 class _Cut:
@@ -357,13 +368,22 @@ def _match(tfl: _Tensors, model: Model) -> tuple[dict[int, str], list[str]]:
                 continue
             size = int(np.prod(d["shape"])) if len(d["shape"]) else 1
             found = [nodes[key] for part in d["name"].split(";")
-                     if (key := name_key(part.split(":")[0])) in nodes
+                     if (key := _known(name_key(part.split(":")[0]), nodes)) is not None
                      and sizes.get(nodes[key]) == size]
             if found:
                 matches[i] = max(found, key=lambda n: order.get(name_key(n), -1))
             elif op["op_name"] not in ("QUANTIZE", "DEQUANTIZE"):
                 unmatched.append(f"{op['op_name']}: {d['name']}")
     return matches, unmatched
+
+
+def _known(key: str, nodes: Mapping[str, str]) -> str | None:
+    """``key`` if it names a node, else ``key`` without the digits the converter appends to
+    keep its names unique (``conv/convolution1`` for ``conv/convolution``)."""
+    if key in nodes:
+        return key
+    bare = key.rstrip("0123456789")
+    return bare if bare != key and bare in nodes else None
 
 
 def _through_identity(g: GraphIndex, node: str) -> str:
@@ -387,11 +407,13 @@ def _float_shapes(model: Model) -> dict[str, tuple[list[int], str]]:
 
 
 class _Acc:
-    """Sums over samples, per channel (last axis of a tensor of rank >= 3; one channel
-    otherwise): squared error, sum and squares of the reference, dot products, max |ref|."""
+    """Sums over samples, per channel (last axis of a tensor of rank >= 3 with at least
+    :data:`MIN_PER_CHANNEL` values per channel; one channel otherwise): squared and signed
+    error, sum and squares of the reference, dot products, max |ref|."""
 
     def __init__(self) -> None:
         self.err2: np.ndarray | float = 0.0
+        self.err1: np.ndarray | float = 0.0  # signed error, per channel
         self.ref1: np.ndarray | float = 0.0
         self.ref2: np.ndarray | float = 0.0
         self.test2 = self.dot = 0.0
@@ -407,9 +429,10 @@ class _Acc:
         b = r if base is None else np.asarray(base, np.float64).reshape(r.shape)
         ok = np.isfinite(r) & np.isfinite(t) & np.isfinite(b)
         r, t, b = (np.where(ok, a, 0.0) for a in (r, t, b))
-        cols = r.shape[-1] if r.ndim >= 3 else 1
+        cols = r.shape[-1] if r.ndim >= 3 and r.size >= MIN_PER_CHANNEL * r.shape[-1] else 1
         r2, t2, b2 = (a.reshape(-1, cols) for a in (r, t, b))
         self.err2 = self.err2 + ((t2 - b2) ** 2).sum(axis=0)
+        self.err1 = self.err1 + (t2 - b2).sum(axis=0)
         self.ref1 = self.ref1 + r2.sum(axis=0)
         self.ref2 = self.ref2 + (r2 * r2).sum(axis=0)
         self.test2 += float(np.sum(t * t))
