@@ -63,6 +63,7 @@ class JobOptions:
     check_each_rule: bool = False  # compare outputs after every rule (names a breaking rule)
     divergence_samples: int = 2  # samples for the intermediate-tensor comparison
     recover: bool = False  # fine-tune by distillation after export (rewriter.recover)
+    qat: bool = False  # tf_keras: TFMOT quantization-aware training instead (rewriter.qat)
     epochs: int = RECOVER_EPOCHS
     seed: int = 0
 
@@ -104,7 +105,7 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
         before = target.check_graph(model, quantize)
     data = job_data(model, quantize, opts.calibration, opts.inputs, opts.samples,
                     opts.calibration_samples, opts.input_ranges, opts.pixels,
-                    hold_out=opts.recover)
+                    hold_out=opts.recover or opts.qat)
     with steps("run_original", "running the original model"):
         reference = _run_all(model, data.samples)
     ctx = _Context(model, target, quantize, opts, outdir, data, reference, steps)
@@ -117,7 +118,7 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
         attempt = _attempt(ctx, frozenset(retry.exclude))
         retry.ok = attempt.ok
     recovery = None
-    if opts.recover and attempt.deployment.exported.ok:
+    if (opts.recover or opts.qat) and attempt.deployment.exported.ok:
         attempt, recovery = _recover(ctx, attempt, bar)
     job = Job(model, target, quantize, before, data, attempt, retry, steps.timings, recovery)
     report = build_report(job)
@@ -194,11 +195,18 @@ def _recover(ctx: _Context, attempt: Attempt, bar: Bar | None) -> tuple[Attempt,
     teacher = _run_all(ctx.model, train)
     error_before = _train_error(ctx, attempt.deployment.exported.path, train, teacher)
     shown = bar(f"fine-tuning ({opts.epochs} epochs)", opts.epochs) if bar else None
+    qat_note = None
     with steps("recover", None if bar else f"fine-tuning ({opts.epochs} epochs)"), \
             (shown or contextlib.nullcontext()) as advance:
-        result = recover(ctx.model, rewritten, train, epochs=opts.epochs, seed=opts.seed,
-                         int8_ranges=ranges, on_epoch=(lambda e, loss: advance(
-                             1, f"loss {loss:.4g}")) if advance else None)
+        on_epoch = (lambda e, loss: advance(1, f"loss {loss:.4g}")) if advance else None
+        result = None
+        if opts.qat:
+            result, qat_note = _qat(ctx, train, on_epoch)
+        if result is None:
+            result = recover(ctx.model, rewritten, train, epochs=opts.epochs, seed=opts.seed,
+                             int8_ranges=ranges, on_epoch=on_epoch)
+    if qat_note:
+        result.notes.insert(0, qat_note)
     tuned = result.model
     with steps("verify_recovered", "running the fine-tuned graph"):
         float_after = float_comparison(ctx.reference, tuned, ctx.data.samples)
@@ -242,6 +250,27 @@ def _recover(ctx: _Context, attempt: Attempt, bar: Bar | None) -> tuple[Attempt,
                               attempt.diagnostics.per_rule)
     return Attempt(attempt.plan, attempt.rewrite, attempt.graph_after, attempt.tf, diagnostics,
                    saved_model, deployment, artifact, warnings, layers), recovery
+
+
+def _qat(ctx: _Context, train: list[dict[str, np.ndarray]],
+         on_epoch: Any) -> tuple[Any, str | None]:
+    """``--qat``: TFMOT's quantization-aware training (tf_keras models), then the rules again
+    on the fine-tuned model; (None, why) when TFMOT cannot, and ``--recover`` takes over."""
+    from rewriter.planner import plan_and_apply
+    from rewriter.qat import QatUnavailable, qat_finetune
+    from rewriter.recover import RecoverResult
+
+    try:
+        q = qat_finetune(ctx.model, train, ctx.opts.epochs, ctx.opts.seed, on_epoch)
+    except QatUnavailable as exc:
+        return None, f"--qat: {exc}; fine-tuned by --recover's distillation instead"
+    _, rewritten = plan_and_apply(q.model, ctx.target, ctx.quantize, ctx.opts.exact_only,
+                                  data=ctx.data.calibration_samples or ctx.data.samples)
+    return RecoverResult(rewritten.model, ctx.opts.epochs, ctx.opts.seed, len(train), q.layers,
+                         0, 0, 0, q.losses, q.seconds,
+                         ["TFMOT quantization-aware training of the tf_keras model (default "
+                          "8-bit scheme), distilled from the original; the rules applied again "
+                          "to the fine-tuned model"], method="tfmot"), None
 
 
 def _train_error(ctx: _Context, path: Path, train: list[dict[str, np.ndarray]],

@@ -57,9 +57,11 @@ class RecoverResult:
     losses: list[float]  # mean loss per epoch
     seconds: float
     notes: list[str] = field(default_factory=list)
+    method: str = "distillation"  # or "tfmot" (--qat)
 
     def to_json(self) -> dict[str, Any]:
-        return {"epochs": self.epochs, "seed": self.seed, "train_samples": self.train_samples,
+        return {"method": self.method, "epochs": self.epochs, "seed": self.seed,
+                "train_samples": self.train_samples,
                 "variables": self.variables, "parameters": self.parameters,
                 "fake_quant": {"weights": self.fake_quant_weights,
                                "tensors": self.fake_quant_tensors},
@@ -346,7 +348,8 @@ class Recovery:
 
     def describe(self) -> str:
         b, a = _brief(self.before), _brief(self.after)
-        parts = [f"--recover ({self.result.epochs} epochs on {self.result.train_samples} "
+        flag = "--qat" if self.result.method == "tfmot" else "--recover"
+        parts = [f"{flag} ({self.result.epochs} epochs on {self.result.train_samples} "
                  f"samples): on {self.held_back} held-back input(s)"]
         if not self.kept:
             parts[0] += " the fine-tuned artifact was no better, the first one is kept"

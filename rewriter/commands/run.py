@@ -66,7 +66,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "loop), export and verify again on held-back inputs")
     r.add_argument("--epochs", type=int, default=RECOVER_EPOCHS,
                    help=f"fine-tuning epochs of --recover (default {RECOVER_EPOCHS})")
-    r.add_argument("--seed", type=int, default=0, help="seed of --recover's shuffling (default 0)")
+    r.add_argument("--qat", action="store_true",
+                   help="like --recover, with tensorflow-model-optimization's quantization-aware "
+                        "training (tf_keras .h5 models only; otherwise --recover is used, and "
+                        "the report says why)")
+    r.add_argument("--seed", type=int, default=0,
+                   help="seed of the fine-tuning's shuffling (default 0)")
 
 
 def run(args: argparse.Namespace, ui: Any) -> int:
@@ -96,6 +101,7 @@ def run(args: argparse.Namespace, ui: Any) -> int:
                              samples=max(1, args.samples), run_vela=not args.no_vela,
                              int8_io=False if args.float_io else None,
                              check_each_rule=args.check_each_rule, recover=args.recover,
+                             qat=args.qat,
                              epochs=args.epochs, seed=args.seed)
         result = run_job(model, target, stage.path, options, progress=ui.step, bar=ui.bar)
         rewrite_reports(stage, result)
