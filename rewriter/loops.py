@@ -22,8 +22,11 @@ LOOP_OPS = frozenset({"Enter", "Exit", "Merge", "Switch", "NextIteration", "Loop
 #: Functional control flow (kept as library calls when a graph was frozen without lowering).
 FUNCTIONAL_LOOP_OPS = frozenset({"While", "StatelessWhile"})
 FUNCTIONAL_COND_OPS = frozenset({"If", "StatelessIf", "Case", "StatelessCase"})
-#: TensorList ops just outside a loop: the sequence it reads, the results it collects.
-_LIST_BOUNDARY_OPS = frozenset({"TensorListFromTensor", "TensorListReserve", "TensorListStack"})
+#: List ops just outside a loop: the sequence it reads, the results it collects (TensorLists,
+#: and TF1 TensorArrays).
+_LIST_BOUNDARY_OPS = frozenset({"TensorListFromTensor", "TensorListReserve", "TensorListStack",
+                                "TensorArrayV3", "TensorArrayScatterV3", "TensorArrayGatherV3",
+                                "TensorArraySizeV3"})
 
 
 @dataclass

@@ -32,6 +32,12 @@ def _ints(a: np.ndarray) -> list[int]:
     return [int(v) for v in np.ravel(a)]
 
 
+def _nonneg(v: list[int]) -> list[int]:
+    if any(d < 0 for d in v):
+        raise _NotStatic("inferred (-1) split size")
+    return v
+
+
 def _squeeze(node: NodeDef, a: np.ndarray) -> np.ndarray:
     dims = tuple(node.attr["squeeze_dims"].list.i) if "squeeze_dims" in node.attr else ()
     return np.squeeze(a, axis=dims or None)
@@ -90,6 +96,13 @@ _EVAL: dict[str, Any] = {
     "NotEqual": _out(np.not_equal), "LogicalAnd": _out(np.logical_and),
     "LogicalOr": _out(np.logical_or), "LogicalNot": _out(np.logical_not),
 }
+#: Ops with several outputs: a list of values, one per output.
+_MULTI: dict[str, Any] = {
+    "Unpack": lambda n, a: list(np.moveaxis(a, n.attr["axis"].i, 0)),
+    "Split": lambda n, ax, a: np.split(a, n.attr["num_split"].i, axis=_ints(ax)[0]),
+    "SplitV": lambda n, a, sizes, ax: np.split(
+        a, np.cumsum(_nonneg(_ints(sizes)))[:-1].tolist(), axis=_ints(ax)[0]),
+}
 #: Ops whose value is their input's static shape (no need for the input's value).
 _SHAPE_OF = {"Shape": lambda s: np.asarray(s), "Size": lambda s: np.asarray(np.prod(s)),
              "Rank": lambda s: np.asarray(len(s))}
@@ -120,7 +133,7 @@ def static_value(g: GraphIndex, ref: str, limit: int = 64,
     ``env`` gives values of tensors (``"node:i"``) to take as known, e.g. a loop variable's
     value in one iteration.
     """
-    memo: dict[str, np.ndarray] = {}
+    memo: dict[str, Any] = {}
     known = {_norm_ref(k): np.asarray(v) for k, v in (env or {}).items()}
     visited: list[str] = []
     budget = [limit]
@@ -131,10 +144,11 @@ def static_value(g: GraphIndex, ref: str, limit: int = 64,
             return known[f"{name}:{idx}"]
         node = g.nodes.get(name)
         budget[0] -= 1
-        if node is None or ctrl or idx != 0 or budget[0] < 0:
+        if node is None or ctrl or budget[0] < 0 or (idx != 0 and node.op not in _MULTI):
             return None
         if name in memo:
-            return memo[name]
+            out = memo[name]
+            return out[idx] if isinstance(out, list) else out
         refs = [i for i in node.input if not i.startswith("^")]
         if node.op == "Const":
             val = const_to_array(node)
@@ -145,23 +159,27 @@ def static_value(g: GraphIndex, ref: str, limit: int = 64,
                 return None
             val = _SHAPE_OF[node.op](shape).astype(np_dtype(node.attr["out_type"].type))
             visited.append(name)
-        elif node.op in _EVAL:
+        elif node.op in _EVAL or node.op in _MULTI:
             args = []
             for i in refs:
                 a = ev(i)
                 if a is None:
                     return None
                 args.append(a)
+            fn = _EVAL.get(node.op) or _MULTI[node.op]
             try:
-                val = _EVAL[node.op](node, *args)
+                val = fn(node, *args)
             except (_NotStatic, ValueError, IndexError, TypeError):
                 return None
             if node.op not in ("Identity", "Snapshot"):
                 visited.append(name)
         else:
             return None
+        if isinstance(val, list):
+            memo[name] = [np.asarray(v) for v in val]
+            return memo[name][idx] if idx < len(val) else None
         memo[name] = np.asarray(val)
-        return memo[name]
+        return memo[name] if idx == 0 else None
 
     value = ev(ref)
     return None if value is None else (value, visited)

@@ -1,22 +1,27 @@
-"""Graph normalisation after freezing: drop custom-gradient markers, inline function calls, make
-grouped convs depthwise.
+"""Graph normalisation after freezing: drop custom-gradient markers and the placeholders control
+flow lowering leaves, inline function calls, split grouped convolutions, lower functional loops.
 
 Keras 3 wraps grouped convolutions (e.g. ConvNeXt's depthwise 7x7, ``Conv2D(groups=C)``) in
 jit-compiled functions, which ``convert_variables_to_constants_v2`` cannot inline
 (``_XlaMustCompile``): the frozen graph keeps ``StatefulPartitionedCall`` nodes that tf2onnx
 cannot export and that hide their ops from the op tables. Here each call of a function without
-nested calls is inlined (nodes renamed ``<call>/<node>``), and a ``Conv2D`` whose filter has one
-input channel per group, i.e. a depthwise convolution that TF's CPU kernels cannot run as a
-grouped Conv2D, becomes ``DepthwiseConv2dNative`` with the filter reshaped from
-``[kh, kw, 1, C*M]`` to ``[kh, kw, C, M]`` (output channel ``c*M + m`` reads input channel ``c``
-in both). Both are exact: the same arithmetic, expressed with other nodes.
+nested calls is inlined (nodes renamed ``<call>/<node>``). A grouped ``Conv2D`` (Keras 3 or
+tf_keras ``groups > 1``: RegNet, ResNeXt, ConvNeXt's depthwise conv), which TF's CPU kernels
+cannot run once frozen, is rewritten by rule ``grouped_conv_split`` (depthwise when each group
+has one input channel, else split/conv/concat). A graph frozen with functional ``While``/``If``
+is lowered to TF1 control flow (:func:`lower_control_flow`), the form every other front end
+produces and rule ``while_unroll`` reads. All of it is exact: the same arithmetic, expressed
+with other nodes.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from rewriter.graph import GraphDef, GraphIndex, make_const, parse_input
+from rewriter.graph import GraphDef, GraphIndex, parse_input
+from rewriter.loops import FUNCTIONAL_COND_OPS, FUNCTIONAL_LOOP_OPS
+from rewriter.model import Model, Source, TensorSpec
+from rewriter.rules.base import Reject
 
 CALL_OPS = frozenset({"StatefulPartitionedCall", "PartitionedCall"})
 
@@ -28,6 +33,7 @@ def normalize(graph_def: GraphDef, keep: list[str]) -> tuple[GraphDef, list[str]
     (e.g. a replaced filter and its reads) are pruned.
     """
     notes: list[str] = []
+    leftovers = drop_unused_control_flow_inputs(graph_def)
     markers = _strip_custom_gradients(graph_def)
     if markers:
         notes.append(f"removed {markers} tf.custom_gradient marker(s) (e.g. Keras 3 swish): an "
@@ -36,15 +42,74 @@ def normalize(graph_def: GraphDef, keep: list[str]) -> tuple[GraphDef, list[str]
     inlined = _inline_calls(graph_def)
     if inlined:
         notes.append(f"inlined {inlined} function call(s) (e.g. Keras 3 jit-compiled convs)")
-    converted = _grouped_to_depthwise(graph_def)
+    converted = _split_grouped_convs(graph_def, keep)
     if converted:
-        notes.append(f"{converted} grouped Conv2D with one input channel per group expressed "
-                     "as DepthwiseConv2dNative (exact)")
-    if notes:
+        notes.append(f"{converted} grouped Conv2D rewritten by rule grouped_conv_split "
+                     "(depthwise, or split/conv/concat per group; exact): TF's CPU kernels "
+                     "and the edge targets have no grouped convolution")
+    if notes or leftovers:
         g = GraphIndex(graph_def)
         g.prune(keep)
         graph_def = g.to_graph_def()
     return graph_def, notes
+
+
+def lower_control_flow(model: Model) -> Model:
+    """A model whose graph holds functional ``While``/``If`` (a graph frozen without lowering)
+    with them lowered to TF1 control flow, as every other front end freezes them; the model
+    itself when it holds none.
+
+    TensorFlow does the lowering (``convert_variables_to_constants_v2`` with control flow
+    lowered, the route the Keras and SavedModel front ends take); the signature is rebound to
+    the lowered graph's tensors. Call it only once the graph has passed the safety scan: the
+    lowering runs Grappler, which folds constants.
+    """
+    functional = FUNCTIONAL_LOOP_OPS | FUNCTIONAL_COND_OPS
+    count = sum(n.op in functional for n in model.graph_def.node)
+    if not count:
+        return model
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    graph_def = type(model.graph_def)()
+    graph_def.CopyFrom(model.graph_def)
+    for node in _control_flow_nodes(graph_def, functional):  # frozen with lowering disabled
+        node.attr["_lower_using_switch_merge"].b = True
+    frozen = convert_variables_to_constants_v2(model.with_graph(graph_def).concrete_function())
+    keep = [t.name for t in list(frozen.inputs) + list(frozen.outputs)]
+    graph_def, notes = normalize(frozen.graph.as_graph_def(), keep)
+    inputs = [TensorSpec(s.name, t.name, s.shape, s.dtype)
+              for s, t in zip(model.inputs, frozen.inputs, strict=True)]
+    outputs = [TensorSpec(s.name, t.name, s.shape, s.dtype)
+               for s, t in zip(model.outputs, frozen.outputs, strict=True)]
+    note = (f"lowered {count} functional control-flow op(s) (While/If) to TF1 control flow, "
+            "as the Keras and SavedModel front ends freeze them")
+    src = Source(model.source.path, model.source.format,
+                 [*model.source.notes, note, *notes])
+    return Model(graph_def, inputs, outputs, src)
+
+
+def _control_flow_nodes(graph_def: GraphDef, ops: frozenset[str]) -> list[Any]:
+    """Nodes of ``ops`` in the graph and in its library's functions."""
+    out = [n for n in graph_def.node if n.op in ops]
+    for fn in graph_def.library.function:
+        out.extend(n for n in fn.node_def if n.op in ops)
+    return out
+
+
+def drop_unused_control_flow_inputs(graph_def: GraphDef) -> int:
+    """Remove the unread ``unused_control_flow_input*`` Placeholders TF's control-flow lowering
+    leaves behind (they would look like model inputs); returns how many."""
+    read = {parse_input(r)[0] for n in graph_def.node for r in n.input}
+    keep = [n for n in graph_def.node if not (
+        n.op == "Placeholder" and n.name.startswith("unused_control_flow_input")
+        and n.name not in read)]
+    dropped = len(graph_def.node) - len(keep)
+    if dropped:
+        del graph_def.node[:]
+        graph_def.node.extend(keep)
+    return dropped
 
 
 def _strip_custom_gradients(graph_def: GraphDef) -> int:
@@ -130,57 +195,23 @@ def _inline_one(graph_def: GraphDef, call: Any, fdef: Any, to_graph_def: Any) ->
     graph_def.node.extend(kept + new_nodes)
 
 
-def _grouped_to_depthwise(graph_def: GraphDef) -> int:
-    """Conv2D with a const filter [kh, kw, 1, C*M] on a C-channel input -> depthwise."""
-    convs = [n for n in graph_def.node if n.op == "Conv2D"]
-    if not convs:
+def _split_grouped_convs(graph_def: GraphDef, keep: list[str]) -> int:
+    """Apply rule grouped_conv_split to every grouped Conv2D; returns how many."""
+    from rewriter.rules.grouped_conv_split import GroupedConvSplit
+
+    if not any(n.op == "Conv2D" for n in graph_def.node):
         return 0
-    g = GraphIndex(graph_def)
-    candidates = []
-    for conv in convs:
-        w = g.const_value(conv.input[1])
-        if w is not None and w.ndim == 4 and w.shape[2] == 1:
-            candidates.append((conv, w))
-    if not candidates:
-        return 0
-    channels = _input_channels(graph_def, [c.input[0] for c, _ in candidates])
+    rule, g = GroupedConvSplit(), GraphIndex(graph_def)
+    protected = {parse_input(k)[0] for k in keep}
     count = 0
-    for conv, w in candidates:
-        cin = channels.get(conv.input[0])
-        if not cin or cin == 1 or w.shape[3] % cin:
-            continue
-        node = g[conv.name]
-        old_filter = g.skip_identity(node.input[1])
-        filt = make_const(g.unique_name(f"{conv.name}/depthwise_filter"),
-                          w.reshape(w.shape[0], w.shape[1], cin, w.shape[3] // cin))
-        g.add(filt)
-        g.set_inputs(node, [node.input[0], filt.name, *node.input[2:]])
-        node.op = "DepthwiseConv2dNative"
-        for attr in ("use_cudnn_on_gpu", "explicit_paddings"):  # Conv2D-only attributes
-            if attr in node.attr:
-                del node.attr[attr]
-        if old_filter is not None and not g.consumers(old_filter.name):
-            g.remove(old_filter.name)
-        count += 1
+    for node in [n for n in g if n.op == "Conv2D"]:
+        m = rule.match(g, node)
+        if m is not None and not isinstance(m, Reject):
+            rule.apply(g, m, protected)
+            count += 1
     if count:
         out = g.to_graph_def()
         del graph_def.node[:]
         graph_def.node.extend(out.node)
     return count
-
-
-def _input_channels(graph_def: GraphDef, refs: list[str]) -> dict[str, int]:
-    """Static channel counts (last dim) of the tensors ``refs``, from TF shape inference."""
-    import tensorflow as tf
-
-    graph = tf.Graph()
-    with graph.as_default():
-        tf.compat.v1.import_graph_def(graph_def, name="")
-    out: dict[str, int] = {}
-    for ref in refs:
-        name, idx, _ = parse_input(ref)
-        shape = graph.get_tensor_by_name(f"{name}:{idx}").shape
-        if shape.rank and shape[-1] is not None:
-            out[ref] = int(shape[-1])
-    return out
 

@@ -19,6 +19,7 @@ from rewriter.frontends._common import (
     set_placeholder_shapes,
     static_shape,
 )
+from rewriter.frontends._normalize import drop_unused_control_flow_inputs, lower_control_flow
 from rewriter.frontends.cut import apply_cut
 from rewriter.frontends.options import LoadOptions
 from rewriter.frontends.safety import graph_findings, refuse
@@ -54,12 +55,13 @@ def read_graphdef(path: str, text: bool = False) -> GraphDef:
 
 def load_graphdef(path: str, options: LoadOptions, text: bool = False) -> Model:
     gd = read_graphdef(path, text)
+    drop_unused_control_flow_inputs(gd)  # left by TF's loop lowering; not model inputs
     fmt = "graphdef_text" if text else "graphdef"
     model = model_from_graphdef(gd, path, fmt, options)
     # What running the model executes: the outputs' ancestors, up to the fed inputs.
     refuse(path, graph_findings(gd, fetches=[o.tensor for o in model.outputs],
                                 feeds=[i.tensor for i in model.inputs]), options.unsafe)
-    return model
+    return lower_control_flow(model)  # functional While/If as the other front ends have them
 
 
 def model_from_graphdef(gd: GraphDef, path: str, fmt: str, options: LoadOptions,

@@ -10,13 +10,23 @@ it was made from, writing element ``t`` records the tensor, stacking becomes a `
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from rewriter.graph import GraphIndex, NodeDef, node_dtype, parse_input, tensor_ref
 from rewriter.loops import Loop
+from rewriter.rules._lists import (
+    GET,
+    LENGTH,
+    LIST_OPS,
+    SET,
+    STACK,
+    TList,
+    UnrollError,
+    list_input,
+    make_list,
+)
 from rewriter.static_eval import eval_node, static_value, tensor_shape
 
 #: Loops with more iterations than this are not unrolled.
@@ -25,10 +35,6 @@ MAX_TRIP_COUNT = 1024
 MAX_UNROLLED_NODES = 200_000
 #: Static (folded) values stay small: counters, indices, shapes.
 _MAX_STATIC = 64
-#: TensorList ops the unroller understands.
-LIST_OPS = frozenset({"TensorListFromTensor", "TensorListReserve", "TensorListGetItem",
-                      "TensorListSetItem", "TensorListStack", "TensorListLength",
-                      "TensorListElementShape", "TensorListPushBack"})
 #: Ops never copied: they have effects or state an unrolled copy would not reproduce.
 _STATEFUL = frozenset({"RandomUniform", "RandomStandardNormal", "RandomUniformInt",
                        "TruncatedNormal", "Multinomial", "StatelessRandomUniformV2", "Print",
@@ -36,22 +42,6 @@ _STATEFUL = frozenset({"RandomUniform", "RandomStandardNormal", "RandomUniformIn
                        "ReadVariableOp", "VarHandleOp", "Stack", "StackV2", "StackPushV2",
                        "StackPopV2"})
 _ALIASES = frozenset({"Identity", "Snapshot", "StopGradient", "PreventGradient"})
-
-
-class UnrollError(Exception):
-    """Why this loop cannot be unrolled (a sentence for the report)."""
-
-
-@dataclass
-class TList:
-    """A TensorList as its elements: ``source`` (a [n, ...] tensor whose slices are the
-    elements) and the elements written since, by index."""
-
-    length: int
-    dtype: np.dtype
-    source: str | None = None
-    items: dict[int, str] = field(default_factory=dict)
-    element_shape: tuple[int, ...] | None = None
 
 
 Value = Any  # str (tensor ref) | np.ndarray (static) | TList
@@ -65,6 +55,10 @@ def is_static(v: Value) -> bool:
 _ZERO_ABSORBING = frozenset({"Mul", "MatMul", "BatchMatMulV2", "BatchMatMulV3"})
 _ZERO_RESHAPING = frozenset({"Reshape", "Squeeze", "ExpandDims", "Transpose"}) | _ALIASES
 _ZERO_NEUTRAL = frozenset({"Add", "AddV2", "BiasAdd"})
+#: Ops folded when every input of a copy is constant, and the largest value folded.
+_CONST_FOLDABLE = frozenset({"Split", "BiasAdd", "Add", "AddV2", "Sub", "Mul", "Squeeze",
+                             "Reshape", "ExpandDims", "StridedSlice", "ConcatV2", "Pack"})
+_MAX_FOLDED = 1 << 16
 
 
 # ----------------------------------------------------------------------------- trip count
@@ -136,18 +130,11 @@ class Unroller:
     def initial(self, ref: str) -> Value:
         """The value of a tensor entering the loop (a list's producer becomes a TList)."""
         node = self.g.producer(ref)
-        if node is not None and node.op == "TensorListFromTensor":
-            shape = tensor_shape(self.g, node.input[0])
-            if not shape or shape[0] is None:
-                raise UnrollError(f"the length of list {node.name} is not static")
-            return TList(int(shape[0]), _element_dtype(node), source=node.input[0])
-        if node is not None and node.op == "TensorListReserve":
-            n = static_value(self.g, node.input[1])
-            if n is None:
-                raise UnrollError(f"the size of list {node.name} is not static")
-            shape = static_value(self.g, node.input[0])
-            eshape = tuple(int(d) for d in np.ravel(shape[0])) if shape is not None else None
-            return TList(int(np.ravel(n[0])[0]), _element_dtype(node), element_shape=eshape)
+        if node is not None:
+            lst = make_list(self.g, node, parse_input(ref)[1],
+                            lambda src, i: self._slice(src, 0, i))
+            if lst is not None:
+                return lst
         got = static_value(self.g, ref)
         if got is not None and got[0].dtype.kind in "iub" and got[0].size <= _MAX_STATIC:
             return got[0]
@@ -185,7 +172,7 @@ class Unroller:
             env[f"{node.name}:0"] = args[0]
             return
         if node.op in LIST_OPS:
-            env[f"{node.name}:0"] = self._list_op(node, args)
+            env[f"{node.name}:0"] = self.list_op(node, args)
             return
         if args and all(is_static(a) for a in args):
             val = eval_node(node, list(args))
@@ -198,9 +185,49 @@ class Unroller:
                 dt = node_dtype(node, ("out_type",)) or np.dtype(np.int32)
                 env[f"{node.name}:0"] = np.asarray(shape, dtype=dt)
                 return
+        if node.op == "MatMul":
+            split = self._matmul_of_concat(node, data, env, t)
+            if split is not None:
+                env[f"{node.name}:0"] = split
+                return
         copy = self.b.copy_of(node, [self.tensor(a) for a in args], self._suffix(node, t))
         for i in range(_num_outputs(self.g, node)):
             env[f"{node.name}:{i}"] = tensor_ref(copy, i)
+
+    def _matmul_of_concat(self, node: NodeDef, data: list[str], env: dict[str, Value],
+                          t: int) -> str | None:
+        """``concat([x, h], -1) @ W`` as ``x @ W[:n] + h @ W[n:]`` (TF1 RNN cells): the step
+        input and the state keep their own int8 scales instead of sharing the concat's, and a
+        zero initial state folds away. Exact up to float32 summation order."""
+        if node.attr["transpose_a"].b or node.attr["transpose_b"].b:
+            return None
+        cat = self.g.producer(data[0])
+        while cat is not None and cat.op in _ALIASES:
+            cat = self.g.producer(cat.input[0])
+        weight = self._read(data[1], env)  # an invariant: the tensor entering the loop
+        w = static_value(self.g, weight, limit=8) if isinstance(weight, str) else None
+        if cat is None or cat.op != "ConcatV2" or cat.name not in self.loop.nodes or w is None:
+            return None
+        parts = [r for r in cat.input if not r.startswith("^")]
+        axis = static_value(self.g, parts[-1])
+        widths = [(tensor_shape(self.g, r) or (None,))[-1] for r in parts[:-1]]
+        if widths.count(None) == 1:  # a loop state's shape is often unknown inside the loop
+            widths[widths.index(None)] = w[0].shape[0] - sum(d for d in widths if d is not None)
+        if (axis is None or int(np.ravel(axis[0])[0]) not in (1, -1) or None in widths
+                or min(widths) <= 0 or sum(widths) != w[0].shape[0]):
+            return None
+        dtype = node_dtype(node) or np.dtype(np.float32)
+        out, row = None, 0
+        for i, (ref, width) in enumerate(zip(parts[:-1], widths)):
+            kernel = self.tensor(w[0][row:row + width].astype(dtype))
+            row += width
+            term = self.b.op("MatMul", [self.tensor(self._read(ref, env)), kernel],
+                             f"{self._suffix(node, t)}_part{i}",
+                             attrs={"transpose_a": False, "transpose_b": False}, dtype=dtype)
+            out = term if out is None else self.b.op("AddV2", [out, term],
+                                                     f"{self._suffix(node, t)}_sum{i}",
+                                                     dtype=dtype)
+        return out
 
     def _fold_zeros(self, node: NodeDef) -> str | None:
         """What a copy computes when an input is all zeros (an RNN's initial state in the
@@ -222,6 +249,32 @@ class Unroller:
                 return data[keep]
         return None
 
+    def _fold_constants(self, node: NodeDef) -> dict[int, str] | None:
+        """A copy whose inputs are all constants (the first step reads the initial state's
+        bias terms) as Consts, by output: the int8 converter dequantizes a constant feeding a
+        SPLIT and leaves the SPLIT in float. Single float32 ops computed in float64 and
+        rounded once give the float32 result."""
+        data = [r for r in node.input if not r.startswith("^")]
+        if node.op not in _CONST_FOLDABLE or not data:
+            return None
+        vals = []
+        for r in data:
+            got = static_value(self.g, r, limit=16)
+            if got is None or got[0].size > _MAX_FOLDED:
+                return None
+            vals.append(got[0])
+        dtype = node_dtype(node) or np.dtype(np.float32)
+        if node.op == "Split":
+            parts = np.split(vals[1], int(node.attr["num_split"].i), axis=int(vals[0]))
+        elif node.op == "BiasAdd":
+            parts = [vals[0] + vals[1]]
+        else:
+            out = eval_node(node, vals)
+            if out is None:
+                return None
+            parts = [out]
+        return {i: self.tensor(np.asarray(p).astype(dtype)) for i, p in enumerate(parts)}
+
     def _is_zero(self, ref: str) -> bool:
         if ref not in self._zero:
             got = static_value(self.g, ref)
@@ -231,17 +284,21 @@ class Unroller:
 
     def finish(self, results: dict[str, str]) -> None:
         """Fold the first step's zero initial state (x*0 = 0, 0@W = 0, x+0 = x: exact for
-        finite x and W), drop copies nothing reads (the forget gate times a zero cell), and
+        finite x and W) and what it leaves constant, drop copies nothing reads (the forget
+        gate times a zero cell), and
         replace each Split with unread outputs by slices of the read ones: the int8 converter
         folds the same zeros itself, and leaves a SPLIT with an unread output in float."""
         for name in list(self.b.created):  # creation order is dependency order
             node = self.g.nodes.get(name)
-            folded = self._fold_zeros(node) if node is not None and node.op != "Const" else None
-            if folded is not None:
-                self.g.redirect(tensor_ref(name, 0), folded)
-                for key, ref in results.items():
-                    if parse_input(ref)[0] == name:
-                        results[key] = folded
+            if node is None or node.op == "Const":
+                continue
+            zero = self._fold_zeros(node)
+            folded = {0: zero} if zero is not None else self._fold_constants(node)
+            for idx, ref in (folded or {}).items():
+                self.g.redirect(tensor_ref(name, idx), ref)
+                for key, old in results.items():
+                    if parse_input(old)[:2] == (name, idx):
+                        results[key] = ref
         live: set[str] = set()
         stack = [parse_input(r)[0] for r in results.values()]
         created = set(self.b.created)
@@ -297,29 +354,30 @@ class Unroller:
         return f"t{t}/{node.name[len(self.frame_prefix):] or node.op.lower()}"
 
     # -- TensorLists ------------------------------------------------------------------------
-    def _list_op(self, node: NodeDef, args: list[Value]) -> Value:
-        lst = args[0]
-        if node.op in ("TensorListFromTensor", "TensorListReserve"):
-            raise UnrollError(f"{node.op} {node.name} inside the loop body")
+    def list_op(self, node: NodeDef, args: list[Value]) -> Value:
+        """A list op on unrolled values: reads become tensors, writes new TLists."""
+        at = list_input(node)
+        lst = args[at] if at is not None and at < len(args) else None
         if not isinstance(lst, TList):
             raise UnrollError(f"{node.op} {node.name} reads a list the unroller cannot follow")
-        if node.op == "TensorListLength":
+        if node.op in LENGTH:
             return np.asarray(lst.length, np.int32)
         if node.op == "TensorListElementShape":
             return np.asarray(lst.element_shape or (), np.int32)
-        if node.op == "TensorListStack":
-            return self.stack(lst)
+        if node.op in STACK:
+            where = STACK[node.op][1]
+            order = None if where is None else [self._index(node, i) for i in
+                                                np.ravel(args[where])]
+            return self.stack(lst, order)
         if node.op == "TensorListPushBack":
-            return TList(lst.length + 1, lst.dtype, lst.source, {**lst.items, lst.length: args[1]},
-                         lst.element_shape)
-        index = self._index(node, args[1])
-        if node.op == "TensorListGetItem":
-            return self.item(lst, index)
-        return TList(lst.length, lst.dtype, lst.source,  # TensorListSetItem
-                     {**lst.items, index: self.tensor(args[2])}, lst.element_shape)
+            return lst.with_item(lst.length, self.tensor(args[1]), lst.length + 1)
+        if node.op in GET:
+            return self.item(lst, self._index(node, args[GET[node.op][1]]))
+        _, idx, item = SET[node.op]
+        return lst.with_item(self._index(node, args[idx]), self.tensor(args[item]))
 
     def _index(self, node: NodeDef, v: Value) -> int:
-        if not is_static(v):
+        if not (is_static(v) or isinstance(v, (int, np.integer))):
             raise UnrollError(f"{node.op} {node.name} uses an index computed from the data")
         return int(np.ravel(v)[0])
 
@@ -333,20 +391,36 @@ class Unroller:
             raise UnrollError("an unwritten list element of unknown shape is read")
         return self.tensor(np.zeros(lst.element_shape, lst.dtype))
 
-    def stack(self, lst: TList) -> str:
-        """``TensorListStack``: the elements packed along a new axis 0."""
-        items = [self.item(lst, i) for i in range(lst.length)]
+    def stack(self, lst: TList, order: list[int] | None = None) -> str:
+        """The elements (all, or those at ``order``) packed along a new axis 0."""
+        items = [self.item(lst, i) for i in (range(lst.length) if order is None else order)]
         return self.b.op("Pack", items, "stack", attrs={"axis": 0, "N": len(items)},
                          dtype=lst.dtype)
 
     def _slice(self, ref: str, axis: int, index: int) -> str:
         """``ref`` indexed at ``index`` along ``axis`` (that axis removed), reading through
-        Transpose and ReverseV2 so time steps are sliced from the tensor the model was given."""
+        Transpose and ReverseV2 so time steps are sliced from the tensor the model was given;
+        a step of a stacked layer's input is the previous layer's step itself (through its
+        Pack, and a Bidirectional layer's Concat of both directions)."""
         ref, axis, index = self._through_layout(ref, axis, index)
         shape = tensor_shape(self.g, ref)
         if shape is None:
             raise UnrollError(f"the rank of {ref} is not known")
         rank = len(shape)
+        node = self.g.producer(ref)
+        if node is not None and parse_input(ref)[1] == 0:
+            parts = [r for r in node.input if not r.startswith("^")]
+            if node.op == "Pack" and node.attr["axis"].i % rank == axis:
+                return parts[index]  # a previous layer's step: no slicing at all
+            if node.op == "ConcatV2":
+                cat = static_value(self.g, parts[-1])
+                c = int(np.ravel(cat[0])[0]) % rank if cat is not None else axis
+                if c != axis:  # e.g. Bidirectional's [forward, backward] per step
+                    pieces = [self._slice(r, axis, index) for r in parts[:-1]]
+                    return self.b.op("ConcatV2", [*pieces, self.tensor(
+                        np.asarray(c if c < axis else c - 1, np.int32))], f"step{index}_concat",
+                        attrs={"N": len(pieces), "Tidx": np.int32},
+                        dtype=node_dtype(node) or np.float32)
         begin = [0] * rank
         end = [0] * rank
         begin[axis], end[axis] = index, index + 1
@@ -407,18 +481,12 @@ def _needed_body(g: GraphIndex, loop: Loop) -> list[NodeDef]:
     bad = sorted({n.op for n in body if n.op in _STATEFUL})
     if bad:
         raise UnrollError(f"its body has stateful ops ({', '.join(bad)})")
-    lists = sorted({n.op for n in body if n.op.startswith("TensorList") and n.op not in LIST_OPS})
+    lists = sorted({n.op for n in body if n.op.startswith(("TensorList", "TensorArray"))
+                    and n.op not in LIST_OPS})
     if lists:
-        raise UnrollError(f"its body uses TensorList ops the unroller does not handle "
+        raise UnrollError(f"its body uses list ops the unroller does not handle "
                           f"({', '.join(lists)})")
-    arrays = sorted({n.op for n in body if n.op.startswith("TensorArray")})
-    if arrays:
-        raise UnrollError(f"its body uses TF1 TensorArray ops ({', '.join(arrays)})")
     return body
-
-
-def _element_dtype(node: NodeDef) -> np.dtype:
-    return node_dtype(node, ("element_dtype",)) or np.dtype(np.float32)
 
 
 def _num_outputs(g: GraphIndex, node: NodeDef) -> int:

@@ -13,26 +13,17 @@ Reading element ``t`` of the input sequence becomes a ``StridedSlice`` of the mo
 step ``t`` (through the layer's Transpose/ReverseV2, so ``go_backwards`` reads the reversed
 step); the collected outputs become a ``Pack``. Counters and indices are folded to constants.
 Refused, with the reason: a trip count that depends on the data (a dynamic sequence length),
-nested loops, conditionals or stateful ops in the body, TF1 TensorArray loops.
+nested loops, conditionals or stateful ops in the body. TF1 loops (``dynamic_rnn``) carry
+their sequences in TensorArrays instead of TensorLists; both are followed.
 """
 
 from __future__ import annotations
 
 from rewriter.graph import GraphIndex, NodeDef, parse_input, tensor_ref
 from rewriter.loops import FUNCTIONAL_LOOP_OPS, LOOP_OPS, Loop, loop_at
-from rewriter.rules._unroll import (
-    LIST_OPS,
-    MAX_UNROLLED_NODES,
-    TList,
-    Unroller,
-    UnrollError,
-    _needed_body,
-    trip_count,
-)
-from rewriter.rules.base import Builder, Match, Reject, Rule
-
-#: Ops a list-typed loop result may feed outside the loop.
-_LIST_READERS = frozenset({"TensorListStack", "TensorListGetItem", "TensorListLength"})
+from rewriter.rules._lists import LENGTH, LIST_OPS, PRODUCERS, READERS, TList, UnrollError
+from rewriter.rules._unroll import MAX_UNROLLED_NODES, Unroller, _needed_body, trip_count
+from rewriter.rules.base import Builder, Match, Reject, Rule, static_value
 
 
 class WhileUnroll(Rule):
@@ -92,7 +83,7 @@ def _boundary(g: GraphIndex, loop: Loop, inside: set[str]
     outputs: list[str] = []
     for var in loop.variables:
         producer = g.producer(var.init)
-        if (producer is not None and producer.op in ("TensorListFromTensor", "TensorListReserve")
+        if (producer is not None and producer.op in PRODUCERS
                 and all(c.name in inside for c in g.consumers(producer.name))):
             extra.append(producer)
         if var.exit is None:
@@ -102,7 +93,7 @@ def _boundary(g: GraphIndex, loop: Loop, inside: set[str]
             if all(r.startswith("^") for r in reads):
                 continue
             if _is_list(g, var.init):
-                if user.op not in _LIST_READERS:
+                if user.op not in READERS:
                     return Reject(f"the list result {var.exit} of while loop {loop.frame!r} is "
                                   f"read by {user.op} {user.name}", var.exit), []
                 extra.append(user)
@@ -137,32 +128,39 @@ def _control_noops(g: GraphIndex, loop: Loop, names: set[str]) -> list[NodeDef]:
 
 def _is_list(g: GraphIndex, ref: str) -> bool:
     node = g.producer(ref)
-    return node is not None and node.op in ("TensorListFromTensor", "TensorListReserve")
+    return node is not None and node.op in PRODUCERS
 
 
 def _results(g: GraphIndex, loop: Loop, unroller: Unroller, state: dict,
              outputs: list[str]) -> dict[str, str]:
-    """The replacement of every tensor read outside the loop."""
-    by_exit = {f"{v.exit}:0": v for v in loop.variables if v.exit}
+    """The replacement of every tensor read outside the loop: each result's final value, and
+    what each list reader after the loop reads (a Pack of the collected steps)."""
+    by_exit = {v.exit: v for v in loop.variables if v.exit}
     out: dict[str, str] = {}
+    known: dict[str, object] = {}  # list lengths read after the loop, for index arithmetic
+    readers = []
     for ref in outputs:
         name, idx, _ = parse_input(ref)
-        key = f"{name}:{idx}"
-        if key in by_exit:
-            out[key] = unroller.tensor(state[by_exit[key].merge])
-            continue
-        reader = g[name]  # a list reader after the loop
-        var = next(v for v in loop.variables if v.exit == parse_input(reader.input[0])[0])
-        lst = state[var.merge]
-        if not isinstance(lst, TList):
-            raise UnrollError(f"{reader.name} reads a loop result that is not a list")
-        if reader.op == "TensorListStack":
-            out[key] = unroller.stack(lst)
-        elif reader.op == "TensorListLength":
-            out[key] = unroller.tensor(lst.length)
+        if name in by_exit:
+            out[f"{name}:{idx}"] = unroller.tensor(state[by_exit[name].merge])
         else:
-            index = unroller.initial(reader.input[1])
-            out[key] = unroller.item(lst, int(index))
+            readers.append(g[name])
+    readers.sort(key=lambda n: n.op not in LENGTH)  # lengths first: Range(0, size) needs them
+    for reader in readers:
+        args = []
+        for r in (r for r in reader.input if not r.startswith("^")):
+            src = parse_input(r)[0]
+            if src in by_exit:
+                args.append(state[by_exit[src].merge])
+                continue
+            got = static_value(g, r, env=known)
+            args.append(got[0] if got is not None and got[0].dtype.kind in "iu" else r)
+        value = unroller.list_op(reader, args)
+        if isinstance(value, TList):
+            raise UnrollError(f"{reader.name} after the loop yields a list")
+        if reader.op in LENGTH:
+            known[f"{reader.name}:0"] = value
+        out[f"{reader.name}:0"] = unroller.tensor(value)
     return out
 
 

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from rewriter.graph import GraphIndex, NodeDef, node_dtype, parse_input
+from rewriter.loops import loop_nodes
 from rewriter.model import Model
 from rewriter.verify.tolerance import DEFAULT_POLICY, EXACT_RTOL, bound_of
 
@@ -247,7 +248,9 @@ def first_divergence(original: Model, rewritten: Model,
     g = GraphIndex(original.graph_def)
     order = g.topological_order()
     other = {name_key(n.name): n for n in rewritten.graph_def.node}
-    compared = [n for n in order if _comparable(n, other)]
+    inside = loop_nodes(g) | loop_nodes(GraphIndex(rewritten.graph_def))  # not fetchable
+    compared = [n for n in order if _comparable(n, other) and n.name not in inside
+                and other[name_key(n.name)].name not in inside]
     skipped = sum(1 for n in order if n.op not in _SKIP_OPS) - len(compared)
     apps = _applications(rules_applied)
     roots: dict[str, list[int]] = {}
