@@ -235,5 +235,19 @@ def plan_and_apply(model: Model, target: PlanTarget, quantize: str, exact_only: 
     result = RewriteResult(current, applied, rejected, iterations, passes_run)
     assert first is not None
     return Plan(first.target, quantize, exact_only, order, fixes,
-                final.unfixable + [dict(f, why="its rules did not match these nodes")
-                                   for f in final.fixes]), result
+                _with_refusals(final.unfixable, rejected)
+                + [dict(f, why="its rules did not match these nodes") for f in final.fixes]
+                ), result
+
+
+def _with_refusals(unfixable: list[dict[str, Any]],
+                   rejected: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """Unfixable ops whose rules refused their nodes say why (the rule, node and reason): "a
+    rule exists but refused" is what a user can act on."""
+    out = []
+    for u in unfixable:
+        names = {r.name for r in rules_for_op(u["op"])}
+        said = [f"{r['rule']} refused {r['node']}: {r['reason']}" for r in rejected
+                if r.get("rule") in names]
+        out.append(dict(u, why="; ".join(dict.fromkeys(said))) if said else u)
+    return out

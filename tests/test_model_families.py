@@ -94,3 +94,30 @@ def test_check_names_the_loop_and_the_rule_that_unrolls_it(work, cli):
     loop = [u for u in res["unsupported"] if u["op"] == "While"]
     assert loop and loop[0]["fix"] == "while_unroll", res["unsupported"]
     assert "WHILE is not supported" in loop[0]["reason"]
+
+
+def test_loop_that_cannot_be_unrolled_is_exit_1_with_op_reason_and_refusing_rule(tmp_path, cli):
+    """A trip count computed from the data: no static unrolling exists. The job must still end
+    in a report (exit 1) naming the op, the target's reason and why while_unroll refused."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    @tf.function(input_signature=[tf.TensorSpec([1, 4], tf.float32, name="x")])
+    def fn(x):
+        n = tf.cast(tf.reduce_sum(tf.abs(x)) * 3.0, tf.int32)
+        out = tf.while_loop(lambda i, acc: i < n,
+                            lambda i, acc: (i + 1, tf.tanh(acc * 0.5 + x)), (0, x))[1]
+        return tf.reshape(out, [1, 4])
+
+    frozen = convert_variables_to_constants_v2(fn.get_concrete_function())
+    (tmp_path / "loop.pb").write_bytes(frozen.graph.as_graph_def().SerializeToString())
+    code, out, err = cli(tmp_path / "loop.pb", "--target", "ethos-u55-128", "-o",
+                         tmp_path / "o", "--no-vela")
+    assert code == 1 and "Traceback" not in err
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    loop = next(u for u in report["unsupported_before"] if u["op"] == "While")
+    assert "WHILE is not supported" in loop["reason"]
+    assert "while_unroll refused" in loop["why"] and "trip count is not static" in loop["why"]
+    assert any(u["op"] == "WHILE" for u in report["unsupported_after"])

@@ -61,6 +61,7 @@ def export_tflite(model: Model, path: str | os.PathLike, quantize: str = "none",
                           f"{', '.join(QUANTIZE_MODES)}", format="tflite")
     warnings: list[str] = []
     if quantize == "int8":
+        _refuse_loops(model)
         calibration = _calibration_samples(model, calibration, warnings, calibration_ranges)
         check_weights(model)
         check_samples(calibration, "calibration data")
@@ -81,6 +82,20 @@ def export_tflite(model: Model, path: str | os.PathLike, quantize: str = "none",
     return ExportResult(path=out, format="tflite", quantize=quantize, size=len(data), ops=ops,
                         warnings=warnings, seconds=seconds, route=route, float_ops=float_ops,
                         io=io)
+
+
+def _refuse_loops(model: Model) -> None:
+    """ExportError naming the while loops of a graph to convert to int8: TF 2.21's int8
+    calibration crashes (SIGSEGV) on a WHILE, measured on a Keras LSTM; rule while_unroll
+    unrolls loops with a static trip count first."""
+    loops = [n.name for n in model.graph_def.node
+             if n.op in ("LoopCond", "While", "StatelessWhile")]
+    if loops:
+        raise ExportError(f"int8 conversion of a model with {len(loops)} while loop(s) crashes "
+                          "the TFLite converter (TF 2.21); unroll them first (rule while_unroll; "
+                          "a loop whose trip count depends on the data cannot be unrolled: give "
+                          "static input shapes with --input-shape)", format="tflite",
+                          ops=["WHILE"], nodes=loops)
 
 
 def _calibration_samples(model: Model, calibration: Sequence[dict[str, np.ndarray]] | None,
