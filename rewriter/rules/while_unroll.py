@@ -21,7 +21,15 @@ from __future__ import annotations
 
 from rewriter.graph import GraphIndex, NodeDef, parse_input, tensor_ref
 from rewriter.loops import FUNCTIONAL_LOOP_OPS, LOOP_OPS, Loop, loop_at
-from rewriter.rules._lists import LENGTH, LIST_OPS, PRODUCERS, READERS, TList, UnrollError
+from rewriter.rules._lists import (
+    LENGTH,
+    LIST_OPS,
+    PRODUCERS,
+    READERS,
+    TList,
+    UnrollError,
+    make_list,
+)
 from rewriter.rules._unroll import MAX_UNROLLED_NODES, Unroller, _needed_body, trip_count
 from rewriter.rules.base import Builder, Match, Reject, Rule, static_value
 
@@ -41,6 +49,8 @@ class WhileUnroll(Rule):
         loop = loop_at(g, node)
         if loop.problem:
             return Reject(f"while loop {loop.frame!r}: {loop.problem}", node.name)
+        if _after_another_loop(g, loop):
+            return None  # its input's shape is known once that loop is unrolled: next sweep
         inside = set(loop.nodes)
         nodes = [g[n] for n in loop.nodes]
         extra_nodes, outputs = _boundary(g, loop, inside)
@@ -54,6 +64,10 @@ class WhileUnroll(Rule):
         try:
             count = trip_count(g, loop)
             body = _needed_body(g, loop)
+            for var in loop.variables:  # list lengths must be static too
+                producer = g.producer(var.init)
+                if producer is not None:
+                    make_list(g, producer, parse_input(var.init)[1], lambda ref, i: ref)
         except UnrollError as exc:
             return Reject(f"while loop {loop.frame!r} cannot be unrolled: {exc}", m.root.name)
         if count * len(body) > MAX_UNROLLED_NODES:
@@ -105,6 +119,25 @@ def _boundary(g: GraphIndex, loop: Loop, inside: set[str]
         extra.append(node)
     exits = [g[v.exit] for v in loop.variables if v.exit]
     return extra + exits, list(dict.fromkeys(outputs))
+
+
+def _after_another_loop(g: GraphIndex, loop: Loop, budget: int = 5000) -> bool:
+    """Whether a tensor entering ``loop`` is computed from another loop's result (a stacked
+    RNN layer): that loop goes first, whatever the graph's node order."""
+    seen: set[str] = set()
+    stack = [parse_input(r)[0] for r in (*loop.invariants.values(),
+                                         *(v.init for v in loop.variables))]
+    while stack and budget > 0:
+        name = stack.pop()
+        if name in seen or name not in g:
+            continue
+        seen.add(name)
+        budget -= 1
+        node = g[name]
+        if node.op in ("Exit", "RefExit"):
+            return True
+        stack.extend(parse_input(r)[0] for r in node.input)
+    return False
 
 
 def _control_noops(g: GraphIndex, loop: Loop, names: set[str]) -> list[NodeDef]:

@@ -113,6 +113,16 @@ def test_keyword_spotter_conv_and_stacked_grus_unroll_exactly():
     _assert_unrolled_and_exact(model_from_keras(_keyword_spotter()), 2)
 
 
+def test_stacked_layers_unroll_whatever_the_graph_node_order():
+    """The second layer's sequence length is known only once the first is unrolled; a graph
+    listing the second loop first must still unroll both."""
+    model = model_from_keras(_tf_keras("bidirectional"))
+    nodes = list(model.graph_def.node)
+    del model.graph_def.node[:]
+    model.graph_def.node.extend(reversed(nodes))
+    _assert_unrolled_and_exact(model, 3)
+
+
 def test_time_steps_are_slices_of_the_input_and_first_step_zero_state_folds():
     model = model_from_keras(_keras3("lstm", steps=6))
     ops = op_types(apply_rules(model, [RULE]).model)
