@@ -106,7 +106,7 @@ def _unrolled(work: Path) -> Path:
 
 def main() -> int:
     sys.path.insert(0, str(ROOT))
-    from models.families import _tones
+    from tests.families import _tones
 
     rng = np.random.default_rng(1)
     rows = []

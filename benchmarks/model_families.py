@@ -1,7 +1,14 @@
-"""Measure ``rewrite MODEL --target T`` on the detector and audio model families.
+"""Measure ``rewrite MODEL --target T`` on the model families beyond CNN classifiers.
 
 Models (nothing downloaded; the small ones are built by ``tests/families.py`` the way their
 users build them, seeded):
+
+* the recurrent and grouped-convolution models of ``tests.families.FAMILIES``: Keras 3 and
+  tf_keras LSTM/GRU (stacked, ``return_sequences``, ``Bidirectional``), a keyword spotter (conv
+  front end + stacked GRU), frozen graphs with a functional ``While`` and a TF1 ``dynamic_rnn``,
+  a tf_keras RegNet-like net with grouped convs (RegNetX002 itself with ``--slow``), each with
+  representative calibration (128 inputs, seed 1; ``--calibration-samples 128``) and
+  verification data (8 inputs, seed 2);
 
 * ``detector``: SSD-like, Keras 3 (upsampled feature fusion, box/class heads reshaped and
   concatenated, sigmoid scores), 64x64 input; ``detector_tfkeras`` the same in tf_keras (.h5);
@@ -13,15 +20,17 @@ users build them, seeded):
   (``models/third_party/basic_pitch_nmp``, Apache-2.0; a CQT front end inside), whole and from
   its normalised log-CQT on.
 
-Calibration/verification data: random images in [-1, 1] for the detectors; keyword-like tone
+For the others, calibration/verification data: random images in [-1, 1] for the detectors; keyword-like tone
 clips (``tests/families.waveforms``) for the audio models, mapped through the model's own front
 end for the cut runs. Each job runs in-process (``rewriter.cli.main``); the table gives the exit
 code, what is left unsupported in the artifact, the Edge TPU cut, Vela's NPU/CPU operators, the
-artifact's worst cosine (int8) or relative error (ONNX), and the CPU tail. Results:
-``benchmarks/results/model_families.{md,json}``.
+artifact's worst cosine (int8, LiteRT) or relative error (ONNX Runtime), the CPU tail, and for
+``tflm`` the cosine of TFLite Micro's own interpreter (a child process) running the file on the
+first verification inputs against the job's rewritten float model; for ``onnx`` whether
+``onnx.checker`` passes. Results: ``benchmarks/results/model_families.{md,json}``.
 
-    PYTHONPATH=. python benchmarks/model_families.py [--models detector,audio]
-        [--targets edgetpu,ethos-u55-128,tflm,onnx]
+    PYTHONPATH=. python benchmarks/model_families.py [--models detector,keras3_lstm,...]
+        [--targets edgetpu,ethos-u55-128,tflm,onnx] [--slow]
 """
 
 from __future__ import annotations
@@ -46,7 +55,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
 TARGETS = ("edgetpu", "ethos-u55-128", "tflm", "onnx")
-MODELS = ("detector", "detector_tfkeras", "detector_nms", "audio", "basic_pitch")
+OTHERS = ("detector", "detector_tfkeras", "detector_nms", "audio", "basic_pitch")
+TFLM_SAMPLES = 4
 BASIC_PITCH = ROOT / "models" / "third_party" / "basic_pitch_nmp"
 BP_CUT = "StatefulPartitionedCall/model_1/normalized_log_1/Reshape_2"
 BP_SAMPLES = 43844
@@ -56,6 +66,13 @@ def _prepare(name: str, tmp: Path) -> list[tuple[str, Path, list[str]]]:
     """(case label, model path, extra CLI arguments) for one model family."""
     from tests import families
 
+    if name in families.FAMILIES:
+        cal, data = tmp / "calibration.npy", tmp / "data.npy"
+        np.save(cal, families.family_data(name, 128, 1))
+        np.save(data, families.family_data(name, 8, 2))
+        return [(families.FAMILIES[name].title, families.build(name, tmp),
+                 ["--calibration", str(cal), "--calibration-samples", "128",
+                  "--data", str(data)])]
     rng = np.random.default_rng(0)
     if name.startswith("detector") and name != "detector_nms":
         legacy = name == "detector_tfkeras"
@@ -124,15 +141,60 @@ def _job(path: Path, target: str, extra: list[str], out: Path) -> dict[str, Any]
            "cpu_tail": (r.get("cpu_tail") or {}).get("hint")}
     if "vela" in r:
         row["vela"] = f"{r['vela']['npu_ops']} NPU / {r['vela']['cpu_ops']} CPU"
+    if target == "tflm" and (out / "model.tflite").exists():
+        row["tflm_cosine"] = tflm_cosine(out, _samples(extra))
+    if target == "onnx" and (out / "model.onnx").exists():
+        row["onnx_checker"] = _onnx_checker(out / "model.onnx")
     return row
 
 
+def _samples(extra: list[str]) -> np.ndarray:
+    """The first inputs of the job's verification data (its calibration data without one)."""
+    flag = "--data" if "--data" in extra else "--calibration"
+    return np.load(extra[extra.index(flag) + 1])[:TFLM_SAMPLES]
+
+
+def tflm_cosine(out: Path, samples: np.ndarray) -> float | str:
+    """Cosine of TFLite Micro's own interpreter running ``out/model.tflite`` on ``samples``
+    (one batch-1 input each) to the job's rewritten float model (``out/saved_model``, which
+    the job proved equal to the original), worst over outputs; the runner's error if it fails."""
+    from rewriter.frontends import load_model
+    from rewriter.verify.runners import RunnerError, rename_outputs
+    from rewriter.verify.tflm import TflmRunner
+
+    model = load_model(out / "saved_model")
+    feeds = [{model.inputs[0].name: s[None]} for s in samples]
+    try:
+        got = TflmRunner(out / "model.tflite").run_many(feeds)
+    except RunnerError as exc:
+        return f"fails: {str(exc).splitlines()[0][:200]}"
+    worst = 1.0
+    for feed, outputs in zip(feeds, got):
+        want = model.run(feed)
+        outputs = rename_outputs(outputs, list(want))
+        for key, value in want.items():
+            a, b = np.ravel(outputs[key]).astype(np.float64), np.ravel(value).astype(np.float64)
+            worst = min(worst, float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-30)))
+    return worst
+
+
+def _onnx_checker(path: Path) -> str:
+    import onnx
+
+    try:
+        onnx.checker.check_model(onnx.load(str(path)), full_check=True)
+    except Exception as exc:  # the checker's verdict, whatever its type
+        return f"fails: {str(exc).splitlines()[0][:200]}"
+    return "passes"
+
+
 def render(results: list[dict[str, Any]]) -> str:
-    lines = ["# Model families: detector and audio", "",
+    lines = ["# Model families", "",
              "`PYTHONPATH=. python benchmarks/model_families.py` "
              f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
              "| model | target | exit | left unsupported in the artifact | Edge TPU cut / Vela | "
-             "artifact vs original | rules | CPU tail |", "|---|---|---|---|---|---|---|---|"]
+             "artifact vs original | TFLite Micro / onnx.checker | rules | CPU tail |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         placement = r.get("vela") or (f"cut at {r['cut']}" if r.get("cut") else
                                       ("no cut" if r["target"] == "edgetpu" else ""))
@@ -144,22 +206,29 @@ def render(results: list[dict[str, Any]]) -> str:
         else:
             cos = r.get("min_cosine")
             num = f"cosine {cos:.4f}" if isinstance(cos, (int, float)) else "(no artifact)"
+        own = r.get("tflm_cosine", r.get("onnx_checker", ""))
+        own = f"runs, cosine {own:.4f}" if isinstance(own, float) else own
         lines.append(f"| {r['case']} | {r['target']} | {r['exit']} | "
                      f"{', '.join(r.get('unsupported_after') or []) or 'none'} | {placement} | "
-                     f"{num} | {', '.join(r.get('rules') or [])} | "
+                     f"{num} | {own} | {', '.join(r.get('rules') or [])} | "
                      f"{'`' + r['cpu_tail'] + '`' if r.get('cpu_tail') else ''} |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--models", help="comma-separated (default: all but the --slow ones)")
     ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--slow", action="store_true", help="also the large models (RegNetX002)")
     ap.add_argument("--out", default=str(RESULTS / "model_families"))
     args = ap.parse_args(argv)
+    from tests.families import FAMILIES
+
+    names = args.models.split(",") if args.models else [
+        *(n for n, f in FAMILIES.items() if args.slow or not f.slow), *OTHERS]
     results = []
     with tempfile.TemporaryDirectory(prefix="families_") as tmp:
-        for name in args.models.split(","):
+        for name in names:
             where = Path(tmp) / name
             where.mkdir()
             for case, path, extra in _prepare(name, where):

@@ -23,7 +23,13 @@ from rewriter.commands._common import (
     pixel_map,
     rewrite_reports,
 )
-from rewriter.defaults import DEFAULT_OPSET, QUANTIZE_MODES, RECOVER_EPOCHS, VERIFY_SAMPLES
+from rewriter.defaults import (
+    CALIBRATION_SAMPLES,
+    DEFAULT_OPSET,
+    QUANTIZE_MODES,
+    RECOVER_EPOCHS,
+    VERIFY_SAMPLES,
+)
 from rewriter.errors import UserError
 
 HELP = "rewrite a model for a target, export it, and prove it (the main job)"
@@ -48,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="range of synthetic inputs when no data is given (default: what "
                         "the model's input Rescaling/Normalization layer or --pixel-range "
                         "implies, else -1,1)")
+    parser.add_argument("--calibration-samples", type=int, default=CALIBRATION_SAMPLES,
+                        metavar="N", help="int8 calibration samples taken from --calibration "
+                        f"(default {CALIBRATION_SAMPLES}; more covers rarer ranges)")
     parser.add_argument("--samples", type=int, default=VERIFY_SAMPLES,
                         help=f"verification samples (default {VERIFY_SAMPLES})")
     parser.add_argument("--float-io", action="store_true",
@@ -99,6 +108,7 @@ def run(args: argparse.Namespace, ui: Any) -> int:
                              quantize=args.quantize, exact_only=args.exact_only,
                              calibration=args.calibration, inputs=args.verify_inputs,
                              samples=max(1, args.samples), run_vela=not args.no_vela,
+                             calibration_samples=max(1, args.calibration_samples),
                              int8_io=False if args.float_io else None,
                              check_each_rule=args.check_each_rule, recover=args.recover,
                              qat=args.qat,
