@@ -30,6 +30,7 @@ COMMANDS = {
     "targets": "targets",
     "docs": "docs",
     "merge": "merge",
+    "batch": "batch",
 }
 
 
@@ -73,7 +74,7 @@ def _import_tensorflow_quietly() -> None:
 
 
 #: Commands that never touch TensorFlow (fast, and no import noise to hide).
-_NO_TF_COMMANDS = {"targets", "docs"}
+_NO_TF_COMMANDS = {"targets", "docs", "batch"}
 
 
 def _available_commands() -> dict[str, object]:

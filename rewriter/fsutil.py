@@ -253,6 +253,12 @@ def _make_parents(parent: Path) -> list[Path]:
     return list(reversed(missing))
 
 
+def output_lock(final: Path, shown: str) -> contextlib.AbstractContextManager[None]:
+    """The lock :func:`staged_output` takes, for a command that writes into an output directory
+    piece by piece (``rewrite batch``: each job's directory is staged by the job itself)."""
+    return _lock(final, shown)
+
+
 @contextlib.contextmanager
 def _lock(final: Path, shown: str) -> Iterator[None]:
     """An exclusive ``flock`` on ``.NAME.lock`` beside ``final``; a second writer is refused."""

@@ -1,0 +1,146 @@
+"""Peak memory of a process *and its children*, measured from outside.
+
+A job is more than one process: the ``rewrite`` console script supervises a child that does the
+work, and that child runs the TFLite converter and tf2onnx in a worker process of its own
+(:mod:`rewriter.supervise`, :mod:`rewriter.isolate`). The memory a job needs is what all of them
+hold at the same time, so :class:`TreeMeter` samples the resident set size (``VmRSS``) of the
+process and all its descendants from ``/proc`` every ``interval`` seconds and keeps the largest
+sum (``peak_mb``). Sampling can miss a peak shorter than the interval, so it also keeps each
+process's own high-water mark (``VmHWM``, kept by the kernel) as last seen: their sum
+(``hwm_sum_mb``) is an upper bound (the processes' peaks need not coincide). Linux only; elsewhere
+both stay 0.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+_PROC = Path("/proc")
+
+
+def _status_kb(pid: int, fields: tuple[str, ...] = ("VmRSS", "VmHWM")) -> dict[str, int]:
+    """``VmRSS``/``VmHWM`` of ``pid`` in kB ({} when it is gone)."""
+    out: dict[str, int] = {}
+    try:
+        with open(_PROC / str(pid) / "status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in fields:
+                    out[key] = int(value.split()[0])
+    except (OSError, ValueError, IndexError):
+        return {}
+    return out
+
+
+def _children() -> dict[int, list[int]]:
+    """ppid -> pids of every process visible in /proc."""
+    kids: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir(_PROC)
+    except OSError:
+        return kids
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(_PROC / name / "stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...; comm may hold spaces and parentheses
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 1:
+            kids.setdefault(int(fields[1]), []).append(int(name))
+    return kids
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants alive now."""
+    kids = _children()
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, ()))
+    return out
+
+
+class TreeMeter:
+    """Samples the memory of process trees in a background thread (one thread for all)."""
+
+    def __init__(self, interval: float = 0.1) -> None:
+        self.interval = interval
+        self._roots: dict[int, _Peak] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, pid: int) -> None:
+        """Start measuring the tree rooted at ``pid``."""
+        with self._lock:
+            self._roots[pid] = _Peak()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="rss-meter", daemon=True)
+                self._thread.start()
+        self.sample([pid])
+
+    def done(self, pid: int) -> tuple[float, float]:
+        """Stop measuring ``pid``'s tree: ``(peak of the sampled sum, sum of the high-water
+        marks)`` in MB (10^6 bytes)."""
+        with self._lock:
+            peak = self._roots.pop(pid, _Peak())
+        return peak.rss_kb * 1024 / 1e6, sum(peak.hwm_kb.values()) * 1024 / 1e6
+
+    def sample(self, roots: Iterable[int] | None = None) -> None:
+        with self._lock:
+            pids = list(self._roots) if roots is None else [r for r in roots if r in self._roots]
+        if not pids:
+            return
+        kids = _children()
+        for root in pids:
+            total = 0
+            seen: dict[int, int] = {}
+            todo = [root]
+            while todo:
+                p = todo.pop()
+                st = _status_kb(p)
+                if st:
+                    total += st.get("VmRSS", 0)
+                    seen[p] = st.get("VmHWM", 0)
+                todo.extend(kids.get(p, ()))
+            with self._lock:
+                peak = self._roots.get(root)
+                if peak is not None:
+                    peak.rss_kb = max(peak.rss_kb, total)
+                    for p, hwm in seen.items():
+                        peak.hwm_kb[p] = max(peak.hwm_kb.get(p, 0), hwm)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+
+class _Peak:
+    def __init__(self) -> None:
+        self.rss_kb = 0
+        self.hwm_kb: dict[int, int] = {}
+
+
+def available_mb() -> float | None:
+    """``MemAvailable`` of the machine in MB, or None where /proc/meminfo is absent."""
+    try:
+        with open(_PROC / "meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 / 1e6
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
