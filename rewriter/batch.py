@@ -82,6 +82,7 @@ class JobRecord:
     key: str = ""
     skipped: bool = False
     peak_rss_hwm_mb: float = 0.0  # sum of each process's own high-water mark (upper bound)
+    peak_mem_mb: float = 0.0  # footprint: private pages of each process, shared files once
     summary: str = ""
     error: str = ""
     log: str = ""
@@ -324,14 +325,15 @@ def render_md(doc: dict[str, Any]) -> str:
              f"{len(jobs)} jobs: {ok} ok, {len(jobs) - ok} not ok, "
              f"{sum(1 for j in jobs if j['skipped'])} skipped (unchanged since their run)"
              + (f", {len(doc['pending'])} not run (interrupted)" if doc["pending"] else ""),
-             "", "| job | model | target | ok | exit | seconds | peak RSS MB | summary |",
-             "|---|---|---|---|---|---|---|---|"]
+             "", "| job | model | target | ok | exit | seconds | peak RSS MB | footprint MB | "
+             "summary |", "|---|---|---|---|---|---|---|---|---|"]
     for j in jobs:
         status = "yes" if j["ok"] else "**no**"
         text = (j["summary"] or j["error"]).replace("|", "\\|")
         lines.append(f"| [{j['name']}]({j['name']}/report.md) | {j['model']} | {j['target']} | "
                      f"{status}{' (skipped)' if j['skipped'] else ''} | {j['exit_code']} | "
-                     f"{j['seconds']:.1f} | {j['peak_rss_mb']:.0f} | {text} |")
+                     f"{j['seconds']:.1f} | {j['peak_rss_mb']:.0f} | {j.get('peak_mem_mb', 0):.0f} "
+                     f"| {text} |")
     return "\n".join(lines) + "\n"
 
 

@@ -82,13 +82,13 @@ def run_one(spec: dict[str, Any], meter: TreeMeter | None = None,
             stop(proc)
             raise
         finally:
-            peak, hwm = meter.done(proc.pid)
+            peak = meter.done(proc.pid)
             if own_meter:
                 meter.close()
     seconds = time.perf_counter() - start
     res: dict[str, Any] = {"exit_code": code, "seconds": round(seconds, 2),
-                           "peak_rss_mb": round(peak, 1), "peak_rss_hwm_mb": round(hwm, 1),
-                           "ok": False, "summary": "", "error": "", "report_sha256": ""}
+                           "peak_rss_mb": peak.rss_mb, "peak_rss_hwm_mb": peak.hwm_mb,
+                           "peak_mem_mb": peak.mem_mb, "ok": False, "summary": "", "error": "", "report_sha256": ""}
     if code < 0:  # the supervisor maps signals; only a kill of the supervisor itself lands here
         res["exit_code"] = 3 if -code not in (signal.SIGINT, signal.SIGTERM) else 2
         res["error"] = f"the job process died with signal {-code}"

@@ -92,5 +92,5 @@ def _result(ray: Any, ref: Any) -> dict[str, Any]:
         return {"cancelled": True}
     except ray.exceptions.RayError as exc:
         return {"exit_code": 3, "ok": False, "seconds": 0.0, "peak_rss_mb": 0.0,
-                "peak_rss_hwm_mb": 0.0, "summary": "", "report_sha256": "",
+                "peak_rss_hwm_mb": 0.0, "peak_mem_mb": 0.0, "summary": "", "report_sha256": "",
                 "error": f"internal error: the Ray task failed: {str(exc).splitlines()[0][:300]}"}

@@ -5,10 +5,16 @@ work, and that child runs the TFLite converter and tf2onnx in a worker process o
 (:mod:`rewriter.supervise`, :mod:`rewriter.isolate`). The memory a job needs is what all of them
 hold at the same time, so :class:`TreeMeter` samples the resident set size (``VmRSS``) of the
 process and all its descendants from ``/proc`` every ``interval`` seconds and keeps the largest
-sum (``peak_mb``). Sampling can miss a peak shorter than the interval, so it also keeps each
+sum (``rss_mb``). Sampling can miss a peak shorter than the interval, so it also keeps each
 process's own high-water mark (``VmHWM``, kept by the kernel) as last seen: their sum
-(``hwm_sum_mb``) is an upper bound (the processes' peaks need not coincide). Linux only; elsewhere
-both stay 0.
+(``hwm_mb``) is an upper bound (the processes' peaks need not coincide).
+
+A sum of RSS counts every shared page once per process that maps it: each TensorFlow process
+maps the same ~400 MB of TensorFlow's libraries (``RssFile``), which the kernel holds once. So
+``mem_mb``, the tree's *footprint*, is the largest sampled sum of each process's anonymous and
+shared-memory pages (``RssAnon + RssShmem``, private to the tree) plus the file-backed pages of
+the process with the most (``RssFile``), counted once. For one process it equals its RSS. Linux
+only; elsewhere all stay 0.
 """
 
 from __future__ import annotations
@@ -16,13 +22,17 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 _PROC = Path("/proc")
 
 
-def _status_kb(pid: int, fields: tuple[str, ...] = ("VmRSS", "VmHWM")) -> dict[str, int]:
-    """``VmRSS``/``VmHWM`` of ``pid`` in kB ({} when it is gone)."""
+_FIELDS = ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem")
+
+
+def _status_kb(pid: int, fields: tuple[str, ...] = _FIELDS) -> dict[str, int]:
+    """Memory fields of ``/proc/PID/status`` in kB ({} when the process is gone)."""
     out: dict[str, int] = {}
     try:
         with open(_PROC / str(pid) / "status") as f:
@@ -87,12 +97,13 @@ class TreeMeter:
                 self._thread.start()
         self.sample([pid])
 
-    def done(self, pid: int) -> tuple[float, float]:
-        """Stop measuring ``pid``'s tree: ``(peak of the sampled sum, sum of the high-water
-        marks)`` in MB (10^6 bytes)."""
+    def done(self, pid: int) -> TreePeak:
+        """Stop measuring ``pid``'s tree; its peaks in MB (10^6 bytes)."""
         with self._lock:
             peak = self._roots.pop(pid, _Peak())
-        return peak.rss_kb * 1024 / 1e6, sum(peak.hwm_kb.values()) * 1024 / 1e6
+        mb = 1024 / 1e6
+        return TreePeak(round(peak.rss_kb * mb, 1), round(sum(peak.hwm_kb.values()) * mb, 1),
+                        round(peak.mem_kb * mb, 1))
 
     def sample(self, roots: Iterable[int] | None = None) -> None:
         with self._lock:
@@ -101,7 +112,7 @@ class TreeMeter:
             return
         kids = _children()
         for root in pids:
-            total = 0
+            total = private = shared = 0
             seen: dict[int, int] = {}
             todo = [root]
             while todo:
@@ -109,12 +120,15 @@ class TreeMeter:
                 st = _status_kb(p)
                 if st:
                     total += st.get("VmRSS", 0)
+                    private += st.get("RssAnon", 0) + st.get("RssShmem", 0)
+                    shared = max(shared, st.get("RssFile", 0))
                     seen[p] = st.get("VmHWM", 0)
                 todo.extend(kids.get(p, ()))
             with self._lock:
                 peak = self._roots.get(root)
                 if peak is not None:
                     peak.rss_kb = max(peak.rss_kb, total)
+                    peak.mem_kb = max(peak.mem_kb, private + shared)
                     for p, hwm in seen.items():
                         peak.hwm_kb[p] = max(peak.hwm_kb.get(p, 0), hwm)
 
@@ -131,7 +145,19 @@ class TreeMeter:
 class _Peak:
     def __init__(self) -> None:
         self.rss_kb = 0
+        self.mem_kb = 0
         self.hwm_kb: dict[int, int] = {}
+
+
+@dataclass
+class TreePeak:
+    """Peaks of a process tree in MB: ``rss_mb`` (largest sampled sum of RSS), ``hwm_mb`` (sum
+    of each process's own high-water mark: an upper bound), ``mem_mb`` (largest sampled
+    footprint: private pages of every process, shared file pages once)."""
+
+    rss_mb: float
+    hwm_mb: float
+    mem_mb: float
 
 
 def available_mb() -> float | None:

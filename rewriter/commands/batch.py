@@ -75,7 +75,8 @@ def run(args: argparse.Namespace, ui: Any) -> int:
             elif rec.interrupted:
                 status, cost = "interrupted", f"{rec.seconds:.1f} s"
             else:
-                cost = f"{rec.seconds:.1f} s, peak {rec.peak_rss_mb:.0f} MB"
+                cost = (f"{rec.seconds:.1f} s, peak {rec.peak_rss_mb:.0f} MB RSS "
+                        f"({rec.peak_mem_mb:.0f} MB footprint)")
             what = rec.summary or rec.error
             ui.info(f"[{n}/{total}] {rec.name}: {status}, {cost}" + (f": {what}" if what else ""))
             advance(1, rec.name)
