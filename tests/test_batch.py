@@ -30,6 +30,17 @@ ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
 #: Fast jobs: the sample network in float TFLite (no calibration, no Vela) and in ONNX.
 FAST = "samples = 2\n"
+TWO_FAST_JOBS = f"""
+[defaults]
+{FAST}
+[[job]]
+model = "models/convbn_elu.keras"
+target = "tflite"
+quantize = "none"
+[[job]]
+model = "models/convbn_elu.pb"
+target = "onnx"
+"""
 
 
 def _manifest(tmp: Path, text: str) -> Path:
@@ -165,20 +176,8 @@ def batch_run(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("batch")
     _copy_models(tmp)
-    manifest = _manifest(tmp, f"""
-[defaults]
-{FAST}
-[[job]]
-model = "models/convbn_elu.keras"
-target = "tflite"
-quantize = "none"
-[[job]]
-model = "models/broken.keras"
-target = "onnx"
-[[job]]
-model = "models/convbn_elu.pb"
-target = "onnx"
-""")
+    manifest = _manifest(tmp, TWO_FAST_JOBS + '[[job]]\nmodel = "models/broken.keras"\n'
+                         'target = "onnx"\n')
     out = tmp / "out"
     runs = []
     for _ in range(2):
@@ -194,7 +193,7 @@ def test_batch_runs_every_job_and_one_failing_job_stops_no_other(batch_run):
     code, _, doc, md = runs[0]
     assert code == 1  # one job failed
     jobs = {j["name"]: j for j in doc["jobs"]}
-    assert list(jobs) == ["convbn_elu-tflite", "broken-onnx", "convbn_elu-onnx"]
+    assert list(jobs) == ["convbn_elu-tflite", "convbn_elu-onnx", "broken-onnx"]
     for name in ("convbn_elu-tflite", "convbn_elu-onnx"):
         j = jobs[name]
         assert j["ok"] is True and j["exit_code"] == 0 and not j["skipped"]
@@ -264,17 +263,7 @@ def test_interrupt_keeps_finished_jobs_and_records_them(tmp_path):
     """Ctrl-C after the first of two jobs: exit 2, the first job's directory and record stay,
     the second leaves nothing behind and is listed as not run."""
     _copy_models(tmp_path)
-    manifest = _manifest(tmp_path, f"""
-[defaults]
-{FAST}
-[[job]]
-model = "models/convbn_elu.keras"
-target = "tflite"
-quantize = "none"
-[[job]]
-model = "models/convbn_elu.pb"
-target = "onnx"
-""")
+    manifest = _manifest(tmp_path, TWO_FAST_JOBS)
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-m", "rewriter.cli", "batch", str(manifest), "-o",
@@ -347,17 +336,7 @@ def test_batch_runs_on_a_ray_cluster(ray_head, tmp_path):
     from rewriter.cli import main
 
     _copy_models(tmp_path)
-    manifest = _manifest(tmp_path, f"""
-[defaults]
-{FAST}
-[[job]]
-model = "models/convbn_elu.keras"
-target = "tflite"
-quantize = "none"
-[[job]]
-model = "models/convbn_elu.pb"
-target = "onnx"
-""")
+    manifest = _manifest(tmp_path, TWO_FAST_JOBS)
     out = tmp_path / "out"
     assert main(["batch", str(manifest), "-o", str(out), "--ray", ray_head, "-q",
                  "--job-memory", "1"]) == 0
