@@ -128,6 +128,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         if args.command not in _NO_TF_COMMANDS:
+            converts = getattr(args._module, "converts", None)
+            if converts is not None and converts(args):
+                from rewriter import isolate
+
+                isolate.prestart()  # the converter worker imports TensorFlow while we do
             supervise.set_stage("importing TensorFlow")
             _import_tensorflow_quietly()
         from rewriter.ui import UI

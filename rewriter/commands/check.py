@@ -25,6 +25,11 @@ if TYPE_CHECKING:  # pragma: no cover
 HELP = "report which ops a target lacks, why, and which rule would fix them (exit 1 if any)"
 
 
+def converts(args: argparse.Namespace) -> bool:
+    """Unless ``--graph-only``, check converts (the CLI starts the converter worker first)."""
+    return not args.graph_only
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from rewriter.commands._common import add_model_arguments, onnx_opset
     from rewriter.defaults import DEFAULT_OPSET, QUANTIZE_MODES

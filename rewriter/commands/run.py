@@ -35,6 +35,11 @@ from rewriter.errors import UserError
 HELP = "rewrite a model for a target, export it, and prove it (the main job)"
 
 
+def converts(args: argparse.Namespace) -> bool:
+    """The job converts (the CLI starts the converter worker before importing TensorFlow)."""
+    return True
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     parser.add_argument("--target", "-t", required=True, help="target name (see `rewrite targets`)")
