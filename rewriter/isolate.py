@@ -181,6 +181,8 @@ def _serve(log_path: str) -> None:
     import faulthandler
     import warnings
 
+    from rewriter.procmem import release
+
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     log = open(log_path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the worker
     os.dup2(log.fileno(), 1)
@@ -195,7 +197,9 @@ def _serve(log_path: str) -> None:
     for line in sys.stdin:
         request = json.loads(line)
         print(f"=== {request['stage']}: {request['target']}", flush=True)
-        answers.write(json.dumps(_handle(request)) + "\n")
+        answer = json.dumps(_handle(request))
+        release()  # what the converter freed goes back to the system before the job goes on
+        answers.write(answer + "\n")
     # stdin closed: the parent is done (or gone without cleaning up): nobody needs the log
     shutil.rmtree(Path(log_path).parent, ignore_errors=True)
 

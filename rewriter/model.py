@@ -109,6 +109,14 @@ class Model:
         self._fn_cache[fetches] = fn
         return fn
 
+    def forget_functions(self, keep_outputs: bool = False) -> None:
+        """Drop the cached TF functions (each holds its own copies of the graph and its weights:
+        one import, one pruned graph, one function definition), except the one computing the
+        signature outputs when ``keep_outputs``; they are rebuilt when needed again."""
+        outputs = tuple(o.tensor for o in self.outputs)
+        for key in [k for k in self._fn_cache if not (keep_outputs and k == outputs)]:
+            del self._fn_cache[key]
+
     def run(self, feeds: Mapping[str, np.ndarray],
             fetches: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Run the graph in TensorFlow.

@@ -108,6 +108,7 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
                     hold_out=opts.recover or opts.qat)
     with steps("run_original", "running the original model"):
         reference = _run_all(model, data.samples)
+    _forget(model)
     ctx = _Context(model, target, quantize, opts, outdir, data, reference, steps)
     attempt = _attempt(ctx)
     retry = plan_retry(attempt.plan, target, quantize, opts.exact_only,
@@ -151,8 +152,10 @@ def _attempt(ctx: _Context, exclude: frozenset[str] = frozenset()) -> Attempt:
                                     len(ctx.data.samples))
     warnings: list[str] = []
     diagnostics = _diagnostics(ctx, the_plan, result, rewritten_out, warnings)
+    _forget(ctx.model, rewritten, keep=rewritten)
     with steps("saved_model", "writing the rewritten SavedModel"):
         saved_model = export_saved_model(rewritten, ctx.outdir / "saved_model").path
+    _forget(rewritten)  # the converter worker has its own copy: hold none while it converts
     deployment = deploy(rewritten, target, ctx.quantize, ctx.outdir / f"model.{target.artifact}",
                         steps, ctx.data.calibration_samples, ctx.opts.int8_io, ctx.opts.run_vela,
                         ctx.outdir)
@@ -166,6 +169,7 @@ def _attempt(ctx: _Context, exclude: frozenset[str] = frozenset()) -> Attempt:
     layers = None
     if artifact is not None and ctx.quantize == "int8" and target.artifact == "tflite":
         layers = _int8_layers(ctx, deployment.exported.path, rewritten)
+        _forget(rewritten)
         if not artifact.ok:
             warnings.append(layers.describe())
     return Attempt(the_plan, result, graph_after, tf_cmp, diagnostics, saved_model, deployment,
@@ -359,6 +363,17 @@ def plan_retry(the_plan: Plan, target: Target, quantize: str, exact_only: bool,
     return Retry(sorted(exclude), sorted(bad),
                  "the exported artifact still held " + ", ".join(sorted(bad))
                  + "; planned again without the rules for the ops that become it")
+
+
+def _forget(*models: Model, keep: Model | None = None) -> None:
+    """Drop the models' TF functions (each holds copies of the graph and its weights; ``keep``
+    keeps the one for its outputs) and give the memory back, so a job holds one or two graphs
+    at a time rather than every graph it ever ran."""
+    from rewriter.procmem import release
+
+    for m in models:
+        m.forget_functions(keep_outputs=m is keep)
+    release()
 
 
 def _run_all(model: Model, samples: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:

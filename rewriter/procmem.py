@@ -24,6 +24,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 _PROC = Path("/proc")
 
@@ -170,3 +171,31 @@ def available_mb() -> float | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def release() -> None:
+    """Give memory freed by Python and native code back to the system: a garbage collection
+    (TensorFlow functions and graphs sit in reference cycles), then glibc's ``malloc_trim``
+    (without it, freed heap pages stay in the process's RSS). A no-op where there is no glibc."""
+    import gc
+
+    gc.collect()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+_trim_fn: list[Any] = []
+
+
+def _malloc_trim() -> Any:
+    if not _trim_fn:
+        try:
+            import ctypes
+
+            fn = ctypes.CDLL(None).malloc_trim
+            fn.argtypes = [ctypes.c_size_t]
+            _trim_fn.append(fn)
+        except (OSError, AttributeError):
+            _trim_fn.append(None)
+    return _trim_fn[0]
