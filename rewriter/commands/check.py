@@ -6,6 +6,12 @@ or ``.onnx`` given as MODEL is checked directly). The artifact decides ``ok``. F
 targets Vela is run on the exported file and its placement overrides the table; disagreements
 are reported. For the Edge TPU the cut point (first unsupported op) is reported.
 
+``plan`` predicts ``rewrite run`` exactly, with its own functions on the same data: the rules
+:func:`rewriter.planner.plan_and_apply` applies (each unsupported op's ``fix`` names them), the
+rewritten graph exported, and the second attempt :func:`rewriter.pipeline.plan_retry` decides
+when the converter re-fuses a rule's output or leaves it in float, and what that file still
+lacks (``artifact_unsupported``); a test runs both on the test models and asserts they agree.
+
 Exit codes: 0 when the target lacks nothing the model uses; 1 when unsupported ops remain (the
 check ran; the report says which); 2 for bad usage or bad input.
 """
@@ -14,11 +20,15 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from rewriter.model import Model
+    from rewriter.passes import RewriteResult
+    from rewriter.planner import Plan
+    from rewriter.results import Retry
     from rewriter.stages import Deployment, JobData, Steps
     from rewriter.targets import Target
 
@@ -109,36 +119,95 @@ def check_model(args: argparse.Namespace, target: Target, quantize: str,
 
     data = job_data(model, quantize)  # what `rewrite run` calibrates on without --calibration
     graph = target.check_graph(model, quantize)
-    planned, tail = _planned_fixes(model, target, quantize, data)
-    result["graph"] = _level_json(graph, planned)
-    if tail is not None:
-        result["cpu_tail"] = tail.to_json()
+    with steps("plan", "planning the rules `rewrite run` applies"):
+        job = _plan_job(model, target, quantize, data)
+    result["graph"] = _level_json(graph, job.planned)
+    if job.tail is not None:
+        result["cpu_tail"] = job.tail.to_json()
     if args.graph_only:
+        result["plan"] = job.to_json()
         return _decide(result, False)
     deployment = _deploy(model, target, quantize, args, steps, result, data)
     if deployment.exported.error is not None:
         result["export_error"] = deployment.exported.error.to_json()
+    if job.rewrite.applied:  # what run exports: the rewritten graph, again without the
+        job = _predict_retry(job, model, target, quantize, args, steps, data)  # re-fused rules
+    else:
+        job.deployment = deployment
+    result["graph"] = _level_json(graph, job.planned)
     if deployment.verdict is not None:
-        _add_verdict(result, deployment.verdict, planned)
+        _add_verdict(result, deployment.verdict, job.planned, _fixes_by_target_op(result))
+    result["plan"] = job.to_json()
     result = _decide(result, deployment.verdict is not None)
     if result["ok"]:
         result.pop("cpu_tail", None)  # predicted, but the exported file runs it
     return result
 
 
-def _planned_fixes(model: Model, target: Target, quantize: str,
-                   data: JobData) -> tuple[dict[str, str], Any]:
-    """TF op -> the rule that fixed it when the model is planned and rewritten for the target
-    on the job's data (rules fitted on a tensor's range need it; nothing is exported), and the
-    post-processing tail the rewritten graph leaves on the CPU
-    (:func:`rewriter.targets.tail.cpu_tail`) or None."""
+@dataclass
+class _JobPlan:
+    """What ``rewrite run`` will do with the model on the job's data: its plan (the rules that
+    fire, per TF op), the rewritten graph, the second attempt's reason (:class:`Retry`) and the
+    verdict on the exported rewritten file (None: not exported)."""
+
+    plan: Plan
+    rewrite: RewriteResult
+    tail: Any
+    retry: Retry | None = None
+    deployment: Deployment | None = None
+
+    @property
+    def planned(self) -> dict[str, str]:
+        return self.plan.rules_by_op()
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``plan`` object of ``report.json`` with what the job's artifact will hold."""
+        out = self.plan.to_json() | {"retry": self.retry.to_json() if self.retry else None}
+        if self.deployment is not None:
+            out["artifact_ok"] = self.deployment.ok
+            out["artifact_unsupported"] = sorted(self.deployment.unsupported_ops())
+        return out
+
+
+def _plan_job(model: Model, target: Target, quantize: str, data: JobData,
+              exclude: frozenset[str] = frozenset()) -> _JobPlan:
+    """Plan and rewrite as ``rewrite run`` does (:func:`rewriter.planner.plan_and_apply` on the
+    job's data: fitted rules need a tensor's range), and the post-processing tail the rewritten
+    graph leaves on the CPU (:func:`rewriter.targets.tail.cpu_tail`) or None."""
     from rewriter.planner import plan_and_apply
     from rewriter.targets.tail import cpu_tail
 
-    the_plan, rewritten = plan_and_apply(model, target, quantize,
+    the_plan, rewritten = plan_and_apply(model, target, quantize, exclude=exclude,
                                          data=data.calibration_samples or data.samples)
     tail = cpu_tail(rewritten.model, target.check_graph(rewritten.model, quantize))
-    return the_plan.rules_by_op(), tail
+    return _JobPlan(the_plan, rewritten, tail)
+
+
+def _predict_retry(job: _JobPlan, model: Model, target: Target, quantize: str,
+                   args: argparse.Namespace, steps: Steps, data: JobData) -> _JobPlan:
+    """Export the rewritten graph as ``rewrite run`` does; when the file still holds an op a
+    planned rule was meant to remove (the converter re-fused it, or left it in float), plan
+    again without those rules (:func:`rewriter.pipeline.plan_retry`, the job's own decision)."""
+    from rewriter.pipeline import plan_retry
+
+    job.deployment = _export_rewritten(job, target, quantize, args, steps, data)
+    retry = plan_retry(job.plan, target, quantize, False, job.deployment.unsupported_ops())
+    if retry is None:
+        return job
+    second = _plan_job(model, target, quantize, data, frozenset(retry.exclude))
+    second.deployment = _export_rewritten(second, target, quantize, args, steps, data)
+    retry.ok = second.deployment.ok
+    second.retry = retry
+    return second
+
+
+def _export_rewritten(job: _JobPlan, target: Target, quantize: str, args: argparse.Namespace,
+                      steps: Steps, data: JobData) -> Deployment:
+    from rewriter.stages import deploy
+
+    with tempfile.TemporaryDirectory(prefix="rewrite_check_") as tmp:
+        return deploy(job.rewrite.model, target, quantize, Path(tmp) / f"model.{target.artifact}",
+                      steps, data.calibration_samples, vela=not getattr(args, "no_vela", False))
 
 
 def _deploy(model: Model, target: Target, quantize: str, args: argparse.Namespace,
@@ -159,19 +228,29 @@ def _deploy(model: Model, target: Target, quantize: str, args: argparse.Namespac
     return deployment
 
 
-def _add_verdict(result: dict[str, Any], verdict: Any,
-                 planned: dict[str, str] | None = None) -> None:
+def _add_verdict(result: dict[str, Any], verdict: Any, planned: dict[str, str] | None = None,
+                 by_target_op: dict[str, str] | None = None) -> None:
     if verdict.vela is not None:
         result["vela_disagreements"] = verdict.disagreements
         result["vela"] = verdict.vela.to_json()
-    result["artifact"] = _level_json(verdict.check, planned)
+    result["artifact"] = _level_json(verdict.check, planned, by_target_op)
 
 
-def _level_json(check: Any, planned: dict[str, str] | None = None) -> dict[str, Any]:
+def _fixes_by_target_op(result: dict[str, Any]) -> dict[str, str]:
+    """Target op -> the rule that fixed the TF node predicted to become it (a HARD_SWISH the
+    converter fuses from Mul, AddV2, Relu6 and RealDiv is fixed by the rule planned for that
+    Mul), from the graph level."""
+    return {u["target_op"]: u["fix"] for u in (result["graph"] or {}).get("unsupported", [])
+            if u.get("target_op") and u.get("fix")}
+
+
+def _level_json(check: Any, planned: dict[str, str] | None = None,
+                by_target_op: dict[str, str] | None = None) -> dict[str, Any]:
     out = check.to_json()
     for u in out["unsupported"]:
-        u["fix"] = _fix_for_target_op(u, planned) or (
-            _fix_for(u["op"], planned=planned) if check.level == "graph" else None)
+        u["fix"] = ((by_target_op or {}).get(u.get("target_op") or u["op"])
+                    or _fix_for_target_op(u, planned)
+                    or (_fix_for(u["op"], planned=planned) if check.level == "graph" else None))
     out["table"] = check.table()
     return out
 
@@ -239,11 +318,25 @@ def _print(result: dict[str, Any], ui: Any) -> None:
         for d in result["vela_disagreements"]:
             ui.out(f"  table and Vela disagree on {d['op']} ({d['node']}): table "
                    f"{d['table']}, Vela {d['vela']} {'; '.join(d['vela_reasons'])}")
+    _print_plan(result.get("plan"), ui)
     verdict = "OK: the target runs every op" if result["ok"] else (
         f"NOT OK: {sum(u['count'] for u in result['unsupported'])} unsupported op(s)")
     ui.out(f"\n{verdict} (decided on the {result['level']})")
     if result.get("cpu_tail"):
         ui.out(result["cpu_tail"]["text"])
+
+
+def _print_plan(plan: dict[str, Any] | None, ui: Any) -> None:
+    """What ``rewrite run`` will do: its rules, the second attempt, the rewritten file's ops."""
+    if not plan or not (plan["rules"] or plan["unfixable"]):
+        return
+    ui.out("\n`rewrite run` will apply: " + (", ".join(plan["rules"]) or "no rule"))
+    if plan.get("retry"):
+        ui.out(f"  (a second attempt: {plan['retry']['reason']})")
+    for u in plan["unfixable"]:
+        ui.out(f"  no rule for {u['op']}: {u['why']}")
+    if plan.get("artifact_unsupported"):
+        ui.out("  its artifact will still hold " + ", ".join(plan["artifact_unsupported"]))
 
 
 def _print_level(level: str, data: dict[str, Any], ui: Any) -> None:
