@@ -12,7 +12,11 @@ straight-through estimator passes gradients): every conv / depthwise / matmul ke
 to symmetric int8 per output channel (as the converter does; a batch norm folded into the kernel
 later scales each channel, which commutes with per-channel rounding), and every tensor the int8
 file quantises is rounded to the very range the converter gave it (read from the exported
-``.tflite``: :func:`rewriter.verify.int8_layers.tensor_ranges`). After fine-tuning the variables
+``.tflite``: :func:`rewriter.verify.int8_layers.tensor_ranges`), then, after each epoch, to the
+min/max the tensor took over every training input, as the converter's min/max calibration on
+the same inputs gives (widened during an epoch when a batch exceeds it, never narrowed; a
+moving average of batch ranges narrows them and the student learns to rely on a precision the
+exported file does not have). After fine-tuning the variables
 are frozen back into the consts (the fake quantisation is not kept) and the job exports and
 verifies the new graph as usual; the report compares the artifact before and after on held-back
 inputs the fine-tuning never saw.
@@ -35,9 +39,6 @@ from rewriter.model import Model
 LEARNING_RATE = 3e-4
 #: Samples whose gradients are averaged per update.
 BATCH = 4
-#: How much of a tensor's simulated int8 range is kept at each update (the rest follows the
-#: batch's min/max, as quantisation-aware training's moving ranges do).
-RANGE_MOMENTUM = 0.9
 #: Kernel inputs and their per-channel axis handling, by op.
 _KERNEL_OPS = {"Conv2D": 1, "DepthwiseConv2dNative": 1, "MatMul": 1}
 
@@ -102,9 +103,9 @@ def recover(teacher: Model, student: Model, train: Sequence[Mapping[str, np.ndar
     for epoch in range(epochs):
         rng.shuffle(order)
         total = 0.0
+        lo = np.full(len(net.ranges), np.inf)
+        hi = np.full(len(net.ranges), -np.inf)
         for first in range(0, len(order), BATCH):
-            lo = np.full(len(net.ranges), np.inf)
-            hi = np.full(len(net.ranges), -np.inf)
             batch = order[first:first + BATCH]
             acc = [tf.zeros_like(v) for v in net.trainable]
             for k in batch:
@@ -117,7 +118,8 @@ def recover(teacher: Model, student: Model, train: Sequence[Mapping[str, np.ndar
                     lo = np.minimum(lo, [float(v) for v in mins])
                     hi = np.maximum(hi, [float(v) for v in maxs])
             adam.apply([a / len(batch) for a in acc])
-            net.calibrate(lo, hi, RANGE_MOMENTUM)  # follow the ranges the weights now give
+            net.widen(lo, hi)  # never clip what the converter's min/max would hold
+        net.calibrate(lo, hi)  # the epoch's min/max over every input, as the converter's
         losses.append(total / max(len(train), 1))
         if on_epoch is not None:
             on_epoch(epoch + 1, losses[-1])
@@ -185,13 +187,21 @@ class _Student:
         k = len(self.model.outputs)
         return list(got[:k]), reads, list(got[k:])
 
-    def calibrate(self, lo: np.ndarray, hi: np.ndarray, momentum: float) -> None:
-        """Move each range towards the batch's min/max widened to contain 0 (as the
-        converter's ranges are), by ``1 - momentum``."""
+    def widen(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Widen each range to hold ``[lo, hi]`` (the values seen so far in this epoch)."""
+        for (vlo, vhi), a, b in zip(self.ranges, lo, hi, strict=True):
+            if np.isfinite(a) and np.isfinite(b):
+                vlo.assign(min(float(vlo.numpy()), float(a), 0.0))
+                vhi.assign(max(float(vhi.numpy()), float(b), 0.0))
+
+    def calibrate(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Set each range to ``[lo, hi]`` widened to contain 0: what the converter's min/max
+        calibration over the same inputs gives (the weights moved during the epoch, so this
+        is close to, not exactly, the next export's range)."""
         for (vlo, vhi), a, b in zip(self.ranges, lo, hi, strict=True):
             if np.isfinite(a) and np.isfinite(b) and b > a:
-                vlo.assign(momentum * float(vlo.numpy()) + (1 - momentum) * min(float(a), 0.0))
-                vhi.assign(momentum * float(vhi.numpy()) + (1 - momentum) * max(float(b), 0.0))
+                vlo.assign(min(float(a), 0.0))
+                vhi.assign(max(float(b), 0.0))
 
     def frozen(self) -> Any:
         return _frozen(self.graph_def, self.weights, self.variables)

@@ -44,8 +44,8 @@ def _convbn_elu(path, depth: int = 4, seed: int = 0, outlier: tuple[float, float
 
 def test_recover_on_edgetpu_wins_back_int8_accuracy_on_held_back_inputs(cli, tmp_path):
     """A conv/BN/ELU net for the Edge TPU calibrated on [-1, 1] (synthetic) data, losing in
-    int8 through out-of-range BN channels: fine-tuning halves the max error on held-back
-    inputs (measured: cosine 0.9952 -> 0.9986, max abs error 4.35 -> 2.10)."""
+    int8 through out-of-range BN channels: fine-tuning cuts the max error on held-back inputs
+    more than 3x (measured: cosine 0.99523 -> 0.99962, max abs error 4.35 -> 1.07)."""
     model = _convbn_elu(tmp_path / "net.keras")
     code, out, _ = cli(model, "--target", "edgetpu", "--recover", "-o", tmp_path / "out",
                        "--json")
@@ -53,9 +53,9 @@ def test_recover_on_edgetpu_wins_back_int8_accuracy_on_held_back_inputs(cli, tmp
     rec = report["recover"]
     before, after = rec["before"]["logits"], rec["after"]["logits"]
     assert code == 0 and report["ok"] and rec["kept"]
-    assert after["cosine"] >= 0.998 > before["cosine"]
-    assert after["max_abs_error"] * 2 <= before["max_abs_error"]
-    assert rec["train_error"][1] < rec["train_error"][0] / 2
+    assert after["cosine"] >= 0.999 > 0.996 > before["cosine"]
+    assert after["max_abs_error"] * 3 <= before["max_abs_error"]
+    assert rec["train_error"][1] < rec["train_error"][0] / 5
     assert rec["held_back"] == 8 and rec["train_samples"] == 32 and rec["epochs"] == 20
     assert rec["fake_quant"]["weights"] == 5 and rec["fake_quant"]["tensors"] > 10
     assert rec["loss"][-1] < rec["loss"][0]
@@ -68,6 +68,10 @@ def test_recover_on_edgetpu_wins_back_int8_accuracy_on_held_back_inputs(cli, tmp
     code, out, _ = cli("verify", model, tmp_path / "out" / "model.tflite", "--json")
     assert code == 0 and json.loads(out)["outputs"]["logits"]["cosine"] == pytest.approx(
         after["cosine"], abs=1e-6)
+    # "before" is the same job without --recover (same calibration and verification data)
+    code, out, _ = cli(model, "--target", "edgetpu", "-o", tmp_path / "plain", "--json")
+    plain = json.loads(out)["equivalence"]["artifact"]["outputs"]["logits"]
+    assert plain["max_abs_error"] == pytest.approx(before["max_abs_error"], rel=1e-6)
 
 
 def test_a_fine_tuned_artifact_that_is_no_better_is_not_kept(cli, tmp_path, monkeypatch):
