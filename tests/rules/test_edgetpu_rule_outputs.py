@@ -64,6 +64,9 @@ SAMPLES: dict[str, tuple[Callable[[], Any], tuple[float, float], int]] = {
                              (-1.0, 1.0), 0),
     "repeat_as_resize_nearest": (_seq(lambda L: [L.UpSampling2D(2)]), (-1.0, 1.0), 1),
     "while_unroll": (_seq(lambda L: [L.LSTM(4)], (1, 3, 2)), (-1.0, 1.0), 0),
+    # an unrolled loop's sequence: the steps packed time-major, then made batch-major
+    "pack_off_batch_axis": (_fn(lambda x: tf.transpose(tf.stack(
+        [tf.tanh(x * (i + 1.0)) for i in range(3)]), [1, 0, 2]), (1, 4)), (-1.0, 1.0), 0),
     # a backward sequence: the steps packed on time, then reversed in time
     "reverse_of_pack": (_fn(lambda x: tf.reverse(tf.stack(
         [tf.tanh(x * (i + 1.0)) for i in range(3)], axis=1), [1]), (1, 4)), (-1.0, 1.0), 0),
