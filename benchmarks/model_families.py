@@ -29,7 +29,7 @@ artifact's worst cosine (int8, LiteRT) or relative error (ONNX Runtime), the CPU
 first verification inputs against the job's rewritten float model; for ``onnx`` whether
 ``onnx.checker`` passes. Results: ``benchmarks/results/model_families.{md,json}``.
 
-    PYTHONPATH=. python benchmarks/model_families.py [--models detector,keras3_lstm,...]
+    PYTHONPATH=. python benchmarks/model_families.py [--models recurrent,detector,...]
         [--targets edgetpu,ethos-u55-128,tflm,onnx] [--slow]
 """
 
@@ -188,9 +188,8 @@ def _onnx_checker(path: Path) -> str:
     return "passes"
 
 
-def render(results: list[dict[str, Any]]) -> str:
-    lines = ["# Model families", "",
-             "`PYTHONPATH=. python benchmarks/model_families.py` "
+def render(results: list[dict[str, Any]], command: str) -> str:
+    lines = ["# Model families", "", f"`{command}` "
              f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
              "| model | target | exit | left unsupported in the artifact | Edge TPU cut / Vela | "
              "artifact vs original | TFLite Micro / onnx.checker | rules | CPU tail |",
@@ -217,15 +216,17 @@ def render(results: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", help="comma-separated (default: all but the --slow ones)")
+    ap.add_argument("--models", help="comma-separated; 'recurrent' names every model of "
+                    "tests.families.FAMILIES (default: all models but the --slow ones)")
     ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--slow", action="store_true", help="also the large models (RegNetX002)")
     ap.add_argument("--out", default=str(RESULTS / "model_families"))
     args = ap.parse_args(argv)
     from tests.families import FAMILIES
 
-    names = args.models.split(",") if args.models else [
-        *(n for n, f in FAMILIES.items() if args.slow or not f.slow), *OTHERS]
+    recurrent = [n for n, f in FAMILIES.items() if args.slow or not f.slow]
+    names = [m for name in (args.models or "recurrent," + ",".join(OTHERS)).split(",")
+             for m in (recurrent if name == "recurrent" else [name])]
     results = []
     with tempfile.TemporaryDirectory(prefix="families_") as tmp:
         for name in names:
@@ -238,7 +239,9 @@ def main(argv: list[str] | None = None) -> int:
                     print(json.dumps(row), flush=True)
                     results.append(row)
     Path(args.out + ".json").write_text(json.dumps(results, indent=2))
-    Path(args.out + ".md").write_text(render(results))
+    command = " ".join(["PYTHONPATH=. python benchmarks/model_families.py",
+                        *(sys.argv[1:] if argv is None else argv)])
+    Path(args.out + ".md").write_text(render(results, command))
     return 0
 
 
