@@ -14,59 +14,40 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef
-from rewriter.rules._batchnorm import FUSED_OPS
-from rewriter.rules.base import (
-    Builder,
-    Match,
-    Reject,
-    Rule,
-    dtype_of,
-    static_value,
-    tensor_shape,
-)
+from rewriter.graph import GraphIndex
+from rewriter.rules.base import Builder, Match, Reject, tensor_shape
+from rewriter.rules.layernorm_from_fused_bn import LayerNormFromFusedBatchNorm
 from rewriter.rules.layernorm_l2norm import L2_EPS, LayerNormL2Norm, l2norm_layernorm
 
 
-class LayerNormL2NormFromFusedBatchNorm(Rule):
+class LayerNormL2NormFromFusedBatchNorm(LayerNormFromFusedBatchNorm):
     """FusedBatchNorm(is_training, NCHW [1, R, H, W]) = layernorm_l2norm's form over
     [1, R, H*W] with the per-row scale and offset, exact."""
 
     name = "layernorm_l2norm_fused_bn"
-    anchors = FUSED_OPS
-    fixes = FUSED_OPS
     emits = LayerNormL2Norm.emits
     fused = LayerNormL2Norm.fused
-    exact = True
     family = "layernorm_from_fused_bn"  # the alternative to that rule where RSQRT is missing
     priority = 2
 
-    def pattern(self, g: GraphIndex, node: NodeDef) -> Match | None:
-        if not node.attr["is_training"].b:
-            return None  # inference BN: the batchnorm rules' business
-        return Match(root=node, nodes=[node], inputs={"x": node.input[0]})
-
     def check(self, g: GraphIndex, m: Match) -> Reject | None:
-        node = m.root
-        if dtype_of(node) != np.dtype(np.float32):
-            return Reject(f"dtype {dtype_of(node)} is not float32", node.name)
+        """layernorm_from_fused_bn's checks (pattern too), then NCHW, batch 1, static shape."""
+        reject = super().check(g, m)
+        if reject is not None:
+            return reject
+        node, ln = m.root, m.extra["ln"]
         if not node.attr["data_format"].s.decode().startswith("NC"):
             return Reject("NHWC batch statistics normalize across rows, not along the last "
                           "axis", node.name)
         shape = tensor_shape(g, node.input[0])
-        if shape is None or len(shape) != 4 or any(d is None for d in shape) or shape[0] != 1:
+        if any(d is None for d in shape) or shape[0] != 1:
             return Reject(f"input shape {shape} is not a static [1, C, H, W]", node.name)
-        vals = [static_value(g, ref) for ref in node.input[1:3]]
-        if any(v is None for v in vals):
-            return Reject("scale or offset is not constant", node.name)
-        eps = float(node.attr["epsilon"].f) if "epsilon" in node.attr else 1e-4
         rows, n = int(shape[1]), int(shape[2] * shape[3])
-        if n * eps < L2_EPS:
-            return Reject(f"H * W * epsilon = {n * eps:g} is below {L2_EPS:g}", node.name)
-        scale, offset = (np.asarray(v[0], np.float64).reshape(rows, 1) for v in vals)
-        m.extra.update(shape=[int(d) for d in shape], eps=eps,
-                       gamma=None if np.all(scale == 1) else scale,
-                       beta=None if np.all(offset == 0) else offset)
+        if n * ln.eps < L2_EPS:
+            return Reject(f"H * W * epsilon = {n * ln.eps:g} is below {L2_EPS:g}", node.name)
+        m.extra.update(shape=[int(d) for d in shape], eps=ln.eps,
+                       gamma=None if ln.gamma is None else ln.gamma.reshape(rows, 1),
+                       beta=None if ln.beta is None else ln.beta.reshape(rows, 1))
         return None
 
     def rewrite(self, g: GraphIndex, m: Match, b: Builder) -> str:
