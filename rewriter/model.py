@@ -9,6 +9,7 @@ first-divergence analysis, and become a concrete function for the exporters.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -141,6 +142,16 @@ class Model:
     def signature_json(self) -> dict[str, Any]:
         return {"inputs": [i.to_json() for i in self.inputs],
                 "outputs": [o.to_json() for o in self.outputs]}
+
+
+_VALID_SIGNATURE_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$")
+
+
+def signature_names(names: Sequence[str], prefix: str) -> list[str]:
+    """The keys an exported signature gives tensors named ``names``: the names themselves when
+    all are valid keys and unique, else ``prefix_i`` by position (``output_0``, ...)."""
+    ok = all(_VALID_SIGNATURE_KEY.match(n) for n in names) and len(set(names)) == len(names)
+    return list(names) if ok else [f"{prefix}_{i}" for i in range(len(names))]
 
 
 #: Ops that are graph plumbing rather than computation; never reported as unsupported.

@@ -134,6 +134,26 @@ def test_outputs_of_a_file_without_signature_are_renamed_by_order(model, tmp_pat
     assert compare(run_tf(model, feeds), out, atol=1e-5, rtol=1e-5).ok
 
 
+def test_positional_signature_keys_map_by_position_not_by_file_order(model, tmp_path):
+    """Output names that are not signature keys ("a/head") are exported as output_0, output_1;
+    the file lists its outputs in another order, and each name still gets its own tensor."""
+    from dataclasses import replace
+
+    named = replace(model, outputs=[replace(o, name=f"{o.name}/x") for o in model.outputs])
+    path = export_tflite(named, tmp_path / "positional.tflite").path
+    runner = LiteRTRunner(path)
+    assert runner.outputs == ["output_1", "output_0"]  # the file's order: not the model's
+    mapping, how = match_names(["head_a/x", "head_b/x"], runner.outputs, "output")
+    assert mapping == {"head_a/x": "output_0", "head_b/x": "output_1"}
+    assert how == "by signature position"
+    feeds = synthetic_inputs(model.inputs, seed=3)[0]
+    out = run_tflite(path, feeds, output_names=["head_a/x", "head_b/x"])
+    want = run_tf(model, feeds)
+    for name in ("head_a", "head_b"):
+        assert out[f"{name}/x"].shape == want[name].shape
+        np.testing.assert_allclose(out[f"{name}/x"], want[name], rtol=1e-5, atol=1e-5)
+
+
 def test_onnx_runner_matches_tf(model, files):
     feeds = synthetic_inputs(model.inputs, seed=4)[0]
     out = run_onnx(files["onnx"], feeds)

@@ -10,22 +10,13 @@ the signature inside the ``.tflite`` carry the same names as the :class:`Model`.
 from __future__ import annotations
 
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any
 
 from rewriter.export.result import ExportResult
 from rewriter.fsutil import make_temp_dir, replace_dir
-from rewriter.model import Model
-
-_VALID_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$")
-
-
-def signature_names(names: list[str], prefix: str) -> list[str]:
-    """Names usable as signature keys: the given ones when valid and unique, else ``prefix_i``."""
-    ok = all(_VALID_NAME.match(n) for n in names) and len(set(names)) == len(names)
-    return list(names) if ok else [f"{prefix}_{i}" for i in range(len(names))]
+from rewriter.model import Model, signature_names
 
 
 def serving_function(model: Model) -> tuple[Any, Any]:

@@ -8,10 +8,12 @@ runner takes and returns the same float values.
 
 Name matching (how feeds and outputs of one model meet another's): names are compared exactly,
 then normalised (lower case; ``serving_default_`` prefix, ``:0`` suffix and non-alphanumerics
-dropped); when some name still differs and the counts agree, inputs/outputs are matched *by
-order*, and :func:`match_names` says which rule it used. Files this project exports carry the
-Model's names in their signature (``.tflite``) or graph inputs/outputs (``.onnx``), so they match
-by name.
+dropped). Names that are not valid signature keys were exported by position (``output_i``, see
+:func:`rewriter.model.signature_names`): name ``i`` maps to key ``i`` whatever order the file
+lists its tensors in. When some name still differs and the counts agree, inputs/outputs are
+matched *by order*; :func:`match_names` says which rule it used. Files this project exports
+carry the Model's names (or their positional keys) in their signature (``.tflite``) or graph
+inputs/outputs (``.onnx``), so they never match by order.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from rewriter.errors import UserError
-from rewriter.model import Model, TensorSpec
+from rewriter.model import Model, TensorSpec, signature_names
 
 _QUANT_KINDS = (np.int8, np.uint8, np.int16)
 
@@ -76,7 +78,8 @@ def _normalise(name: str) -> str:
 
 
 def match_names(ref: Sequence[str], test: Sequence[str], what: str) -> tuple[dict[str, str], str]:
-    """``({ref name: test name}, how)``, how being "by name", "by normalised name" or "by order".
+    """``({ref name: test name}, how)``, how being "by name", "by normalised name", "by
+    signature position" or "by order".
 
     Raises :class:`RunnerError` when neither names nor counts line up.
     """
@@ -86,6 +89,11 @@ def match_names(ref: Sequence[str], test: Sequence[str], what: str) -> tuple[dic
     if len(norm) == len(test) and all(_normalise(r) in norm for r in ref) \
             and len(ref) == len(test):
         return {r: norm[_normalise(r)] for r in ref}, "by normalised name"
+    keys = signature_names(ref, what)
+    if keys != list(ref) and sorted(keys) == sorted(test):
+        # the exporter keyed the signature by position (``output_i``): key i is ref[i], in
+        # whatever order the file lists its tensors
+        return dict(zip(ref, keys, strict=True)), "by signature position"
     if len(ref) == len(test):
         return dict(zip(ref, test, strict=True)), "by order"
     raise RunnerError(f"the models have different {what}s: {', '.join(ref)} vs {', '.join(test)}")
