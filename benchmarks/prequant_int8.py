@@ -162,8 +162,26 @@ def render(results: dict[str, Any]) -> str:
         lines.append(f"| {r['model']} | {p.get('layers')} | {p.get('added_median')} | "
                      f"{p.get('added_p90')} | {p.get('gain_median')} | "
                      f"{', '.join(p.get('worst') or [])} |")
-    lines += ["", results.get("finding", "")]
+    lines += ["", finding(results)]
     return "\n".join(lines) + "\n"
+
+
+def finding(results: dict[str, Any]) -> str:
+    """The run's result in words, from its own figures."""
+    best = []
+    for r in results["models"]:
+        ratios = {v: x["error_ratio"] for v, x in r["variants"].items()
+                  if v != "plain" and x["error_ratio"] is not None}
+        if ratios:
+            v = min(ratios, key=ratios.__getitem__)
+            best.append(f"{r['model']} {ratios[v]} ({v})")
+    cos = [r["variants"]["plain"]["cosine"] for r in results["models"]]
+    moved = [x["float_moved"] for r in results["models"] for v, x in r["variants"].items()
+             if "bias" in v]
+    return ("In this run the best error ratio per model is " + ", ".join(best)
+            + f"; the plain converter's cosine is {min(cos):.3f}-{max(cos):.3f}"
+            + (f"; bias correction moves the float model by {min(moved):.2g}-{max(moved):.2g} "
+               "of the output scale" if moved else "") + ".")
 
 
 def main(argv: list[str] | None = None) -> int:
