@@ -39,4 +39,4 @@ def test_keras3_swish_model_converts_to_int8_on_the_signature_route(tmp_path):
     keras.Model(inp, out).save(tmp_path / "swish.keras")
     model = load_model(tmp_path / "swish.keras")
     result = export_tflite(model, tmp_path / "m.tflite", quantize="int8")
-    assert result.route == "from_concrete_functions"
+    assert result.route == "from_saved_model"

@@ -77,7 +77,7 @@ def test_float_tflite_matches_tf_within_1e_5(model, float_file):
     ref, test = _tf_vs(model, float_file.path, seed=2)
     c = compare(ref, test, atol=1e-5, rtol=1e-5)
     assert c.ok, c.to_json()
-    assert float_file.quantize == "none" and float_file.route == "from_concrete_functions"
+    assert float_file.quantize == "none" and float_file.route == "from_saved_model"
     assert {"CONV_2D", "FULLY_CONNECTED"} <= set(float_file.ops)
     assert float_file.warnings == []
 

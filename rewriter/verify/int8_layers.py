@@ -37,6 +37,7 @@ import numpy as np
 
 from rewriter.graph import GraphIndex
 from rewriter.model import Model
+from rewriter.procmem import release
 from rewriter.verify.divergence import name_key
 from rewriter.verify.runners import RunnerError, TFLiteIO
 
@@ -205,21 +206,27 @@ def int8_layer_errors(path: str | os.PathLike, model: Model,
             groups[-1].append(i)
         else:
             groups.append([i])
+    # One TF function over the graph at a time (each holds the weights again): the cut graph's
+    # predictions first, then the float reference.
     cut = _Cut(model, [matches[g[-1]] for g in groups], dict(zip(
         (s.name for s in tfl.io.inputs), _input_indices(tfl))), matches)
+    preds = [cut.run(tfl.run(feeds, order)) for feeds in samples]
+    del cut
+    release()
     total = {i: _Acc() for i in order}
     own = {g[-1]: _Acc() for g in groups}
     fetch = sorted({f"{matches[i]}:0" for i in order if position[i] >= 0})
-    for feeds in samples:
+    for feeds, pred in zip(samples, preds):
         got = tfl.run(feeds, order)
         ref = model.run(feeds, fetches=fetch) if fetch else {}
         ref |= {f"{s.node}:0": np.asarray(feeds[s.name]) for s in model.inputs}
         for i in order:
             total[i].add(ref[f"{matches[i]}:0"], got[i])
-        pred = cut.run(got)
         for i, acc in own.items():
             if matches[i] in pred:
                 acc.add(ref[f"{matches[i]}:0"], got[i], base=pred[matches[i]])
+    model.forget_functions()
+    release()
     producers = _producers(tfl)
     rows = {i: _row(position[i], tfl, i, matches[i], total[i], layer[i]) for i in order}
     for i, row in rows.items():
