@@ -1,0 +1,223 @@
+"""``benchmarks/RESULTS.md`` and ``benchmarks/results/zoo.svg`` from ``results/zoo.json``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+KINDS = (("plain_tflite", "plain converter"), ("onnx2tf", "onnx2tf"), ("rewrite", "rewrite"))
+
+
+# ----------------------------------------------------------------------------- figures
+def placement(res: dict[str, Any] | None, target: str) -> dict[str, Any]:
+    """``{"placed": float | None, "text": str, "vela_ms": float | None}`` from a judge result
+    (baselines) or a report summary (``rewrite``)."""
+    if not res:
+        return {"placed": None, "text": "n/a", "vela_ms": None}
+    vela = res.get("vela")
+    if vela:
+        total = vela["npu_ops"] + vela["cpu_ops"]
+        return {"placed": 100.0 * vela["npu_ops"] / total if total else None,
+                "text": f"{vela['npu_ops']} NPU / {vela['cpu_ops']} CPU",
+                "vela_ms": vela.get("inference_ms")}
+    if "ops_on_accelerator" in res:  # a judge result
+        on, total, cut = res["ops_on_accelerator"], res["ops_counted"], res.get("cut")
+    else:  # a report summary
+        p = res.get("placement_after") or {}
+        on, total, cut = p.get("ops_on_accelerator"), p.get("ops_total"), p.get("cut")
+    if on is None or not total:
+        return {"placed": None, "text": "n/a", "vela_ms": None}
+    text = f"{on}/{total}"
+    if target == "edgetpu":
+        text += f" (cut at {cut.get('op')})" if cut else " (no cut)"
+    return {"placed": 100.0 * on / total, "text": text, "vela_ms": None}
+
+
+def figures(case: dict[str, Any], target: str) -> dict[str, dict[str, Any]]:
+    """Per kind (plain converter, onnx2tf, rewrite): placement, Vela ms, cosine or error."""
+    out: dict[str, dict[str, Any]] = {}
+    job = case.get("jobs", {}).get(target) or {}
+    rep = job.get("report") or {}
+    art = rep.get("artifact") or {}
+    out["rewrite"] = {**placement(rep if rep.get("placement_after") else None, target),
+                      "cosine": art.get("cosine"), "max_rel_error": art.get("max_rel_error"),
+                      "exit": job.get("exit_code"), "ok": job.get("ok")}
+    if target == "onnx":
+        base = case.get("plain_onnx") or {}
+        judge = base.get("judge") or {}
+        acc = judge.get("accuracy") or {}
+        ok = (base.get("result") or {}).get("ok")
+        out["plain_tflite"] = {"placed": None, "vela_ms": None, "cosine": acc.get("cosine"),
+                               "max_rel_error": acc.get("max_rel_error"),
+                               "text": "exported" if ok else "export failed: "
+                               + str((base.get("result") or {}).get("error", "?"))[:80]}
+        return out
+    for kind in ("plain_tflite", "onnx2tf"):
+        base = case.get(kind) or {}
+        judge = base.get("judge") or {}
+        t = (judge.get("targets") or {}).get(target)
+        acc = judge.get("accuracy") or {}
+        failed = not judge
+        out[kind] = {**placement(t if t and "error" not in t else None, target),
+                     "cosine": acc.get("cosine"), "max_rel_error": acc.get("max_rel_error")}
+        if failed:
+            out[kind]["text"] = "conversion failed"
+    return out
+
+
+def costs(case: dict[str, Any], target: str) -> dict[str, Any]:
+    """The job's wall time and peak memory against the plain converter's of the same kind."""
+    job = case.get("jobs", {}).get(target) or {}
+    base = case.get("plain_onnx" if target == "onnx" else "plain_tflite") or {}
+    res: dict[str, Any] = {"job_s": job.get("seconds"), "job_mb": job.get("peak_rss_mb"),
+                           "job_hwm_mb": job.get("peak_rss_hwm_mb"),
+                           "job_footprint_mb": job.get("peak_mem_mb"),
+                           "plain_s": base.get("seconds"), "plain_mb": base.get("peak_rss_mb")}
+    if res["job_s"] and res["plain_s"]:
+        res["time_ratio"] = res["job_s"] / res["plain_s"]
+    if res["job_mb"] and res["plain_mb"]:
+        res["mem_ratio"] = res["job_mb"] / res["plain_mb"]
+    if res["job_footprint_mb"] and res["plain_mb"]:
+        res["footprint_ratio"] = res["job_footprint_mb"] / res["plain_mb"]
+    return res
+
+
+# ----------------------------------------------------------------------------- markdown
+def _f(x: Any, fmt: str) -> str:
+    return format(x, fmt) if isinstance(x, (int, float)) else "n/a"
+
+
+def render_md(doc: dict[str, Any]) -> str:
+    meta, results = doc["meta"], doc["results"]
+    m = meta["machine"]
+    lines = [
+        "# Benchmarks: the model zoo", "",
+        f"Regenerate: `{meta['command']}` (the onnx2tf venv: see `benchmarks/zoo.py`).", "",
+        f"Run {meta['date_utc']}, {meta['total_s']:.0f} s in all, on {m['cpu']} "
+        f"({m['cores']} cores, {m['memory_gb']} GB; {m['os']}, Python {m['python']}); load "
+        f"average {m['load_average_at_start'][0]:.1f} at the start and "
+        f"{m['load_average_at_end'][0]:.1f} at the end: the machine is shared, so wall times "
+        "and memory are also given as **ratios to the plain converter measured in the same "
+        "run**. Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()) + ".",
+        "",
+        f"Models run: {', '.join(results)}"
+        + ("." if meta.get("full") else " (the reduced zoo; `--full` runs the whole list of "
+           "`benchmarks/zoo.py` at 224x224; only what ran is published here).")
+        + f" Inputs {meta['size']}x{meta['size']} for the image models; "
+        f"`rewrite batch --workers {meta['workers']}` runs the jobs. Per model, the plain TFLite "
+        "converter (full int8, int8 I/O, no rewriting), plain tf2onnx, and onnx2tf on that ONNX "
+        "file (`" + " ".join(meta["onnx2tf_flags"]) + "`: full int8 with int8 I/O on the same "
+        "calibration data, input shape kept, the ops the Edge TPU lacks replaced) are judged "
+        "like the job judges its own artifact: ops on the accelerator by the target's op table "
+        "(Edge TPU: ops before the first unsupported one, where the compiler cuts), Vela for "
+        "Ethos-U (NPU/CPU operators, estimated inference time), and int8 cosine to the original "
+        "float model on the same 8 verification samples (min over outputs).", ""]
+    lines += ["## Ops placed, Vela's estimate, int8 cosine", "",
+              "| model | target | plain converter | onnx2tf | rewrite | cosine: plain / onnx2tf "
+              "/ rewrite | rewrite exit |", "|---|---|---|---|---|---|---|"]
+    for name, case in results.items():
+        for target in meta["targets"]:
+            f = figures(case, target)
+            if target == "onnx":
+                p, r = f["plain_tflite"], f["rewrite"]
+                lines.append(f"| {name} | onnx | tf2onnx: {p['text']} (max rel err "
+                             f"{_f(p['max_rel_error'], '.1e')}) | | ONNX Runtime max rel err "
+                             f"{_f(r['max_rel_error'], '.1e')} | | {r['exit']} |")
+                continue
+            cells = []
+            for kind, _ in KINDS:
+                k = f[kind]
+                cell = k["text"]
+                if k.get("vela_ms") is not None:
+                    cell += f", {k['vela_ms']:.2f} ms"
+                cells.append(cell)
+            cos = " / ".join(_f(f[k]["cosine"], ".4f") for k, _ in KINDS)
+            lines.append(f"| {name} | {target} | " + " | ".join(cells)
+                         + f" | {cos} | {f['rewrite']['exit']} |")
+    lines += ["", "## Wall time and peak memory against the plain converter", "",
+              "Peak memory is that of the whole process tree (the job's supervisor, the job and "
+              "its converter worker; sampled every 0.1 s): the largest sum of their RSS (each "
+              "process counts TensorFlow's ~400 MB of shared libraries again) and the "
+              "footprint (private pages of every process, shared file pages once). The plain "
+              "converter runs in one process (RSS = footprint); for the ONNX target the baseline "
+              "is plain tf2onnx. onnx2tf's pipeline is tf2onnx then onnx2tf.", "",
+              "| model | target | plain: s, MB | rewrite: s, RSS MB, footprint MB | time ratio "
+              "| **RSS ratio** | footprint ratio | onnx2tf pipeline: s, MB |",
+              "|---|---|---|---|---|---|---|---|"]
+    worst: tuple[float, str] = (0.0, "")
+    for name, case in results.items():
+        o2t = case.get("onnx2tf") or {}
+        for target in meta["targets"]:
+            c = costs(case, target)
+            ratio = c.get("mem_ratio")
+            if ratio is not None and ratio > worst[0]:
+                worst = (ratio, f"{name} / {target}")
+            o = (f"{_f(o2t.get('pipeline_seconds'), '.1f')}, "
+                 f"{_f(o2t.get('pipeline_peak_rss_mb'), '.0f')}" if target != "onnx" and o2t
+                 else "")
+            lines.append(f"| {name} | {target} | {_f(c['plain_s'], '.1f')}, "
+                         f"{_f(c['plain_mb'], '.0f')} | {_f(c['job_s'], '.1f')}, "
+                         f"{_f(c['job_mb'], '.0f')}, {_f(c['job_footprint_mb'], '.0f')} | "
+                         f"{_f(c.get('time_ratio'), '.2f')} | {_f(ratio, '.2f')} | "
+                         f"{_f(c.get('footprint_ratio'), '.2f')} | {o} |")
+    lines += ["", f"Largest RSS ratio: **{worst[0]:.2f}** ({worst[1]}); the goal is 1.5."
+              if worst[1] else "",
+              "", "Chart: [results/zoo.svg](results/zoo.svg); data: "
+              "[results/zoo.json](results/zoo.json).", ""]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- chart
+def render_svg(doc: dict[str, Any]) -> str:
+    """Two panels: Edge TPU ops placed (%) per model and kind; the job's peak memory ratio to
+    the plain converter per model (largest over targets), with the 1.5 line."""
+    results = doc["results"]
+    names = list(results)
+    colors = {"plain_tflite": "#9e9e9e", "onnx2tf": "#f0a030", "rewrite": "#2a7ab0"}
+    w, row, left = 760, 22, 150
+    h1 = 40 + row * len(names)
+    h = 2 * h1 + 60
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
+           'font-family="sans-serif" font-size="11">',
+           f'<text x="10" y="16" font-size="13">Edge TPU: ops before the cut (%) — '
+           f'{doc["meta"]["size"]}x{doc["meta"]["size"]} inputs</text>']
+    scale = (w - left - 60) / 100.0
+    for i, name in enumerate(names):
+        y = 30 + i * row
+        out.append(f'<text x="{left - 6}" y="{y + 13}" text-anchor="end">{name}</text>')
+        f = figures(results[name], "edgetpu") if "edgetpu" in doc["meta"]["targets"] else {}
+        for j, (kind, _) in enumerate(KINDS):
+            v = (f.get(kind) or {}).get("placed")
+            if v is None:
+                continue
+            out.append(f'<rect x="{left}" y="{y + j * 6}" width="{v * scale:.1f}" height="5" '
+                       f'fill="{colors[kind]}"/>')
+    for j, (kind, label) in enumerate(KINDS):
+        out.append(f'<rect x="{left + j * 130}" y="{h1 - 2}" width="10" height="10" '
+                   f'fill="{colors[kind]}"/><text x="{left + j * 130 + 14}" y="{h1 + 7}">'
+                   f'{label}</text>')
+    y0 = h1 + 30
+    out.append(f'<text x="10" y="{y0}" font-size="13">Peak RSS of a job\'s process tree / the '
+               'plain converter\'s (largest over targets); line at 1.5</text>')
+    ratios = {n: max((costs(results[n], t).get("mem_ratio") or 0)
+                     for t in doc["meta"]["targets"]) for n in names}
+    top = max([2.0, *ratios.values()])
+    scale2 = (w - left - 60) / top
+    for i, name in enumerate(names):
+        y = y0 + 14 + i * row
+        out.append(f'<text x="{left - 6}" y="{y + 13}" text-anchor="end">{name}</text>')
+        r = ratios[name]
+        out.append(f'<rect x="{left}" y="{y + 3}" width="{r * scale2:.1f}" height="12" '
+                   f'fill="{colors["rewrite"]}"/><text x="{left + r * scale2 + 4:.1f}" '
+                   f'y="{y + 13}">{r:.2f}</text>')
+    x15 = left + 1.5 * scale2
+    out.append(f'<line x1="{x15:.1f}" y1="{y0 + 10}" x2="{x15:.1f}" y2="{h - 10}" '
+               'stroke="#c03030" stroke-dasharray="4,3"/>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def render_all(doc: dict[str, Any], bench_dir: Path) -> None:
+    (bench_dir / "RESULTS.md").write_text(render_md(doc))
+    (bench_dir / "results").mkdir(parents=True, exist_ok=True)
+    (bench_dir / "results" / "zoo.svg").write_text(render_svg(doc))
