@@ -9,6 +9,7 @@ in-process (``rewriter.cli.main``) and its report summarised: exit code, rules, 
 for tflm the cosine of TFLite Micro's own interpreter (a subprocess) on the same samples.
 
     PYTHONPATH=. python benchmarks/families_transformer.py [--tokens 16 --dim 32]
+        [--targets edgetpu,...] [--workdir DIR (keeps the models, data and job outputs)]
 """
 
 from __future__ import annotations
@@ -96,11 +97,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--dim", type=int, default=32)
+    ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--workdir", type=Path, help="keep models, data and outputs here")
     args = ap.parse_args(argv)
+    targets = [t for t in args.targets.split(",") if t]
     print("| model | target | exit | rules applied | placement | numbers |")
     print("|---|---|---|---|---|---|")
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
+    with contextlib.ExitStack() as stack:
+        if args.workdir is None:
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        else:
+            root = args.workdir
+            root.mkdir(parents=True, exist_ok=True)
         paths = {"Keras 3": root / "encoder.keras", "tf_keras": root / "encoder.h5"}
         with contextlib.redirect_stderr(io.StringIO()):
             transformer_encoder(args.tokens, args.dim, mlp=2 * args.dim).save(paths["Keras 3"])
@@ -109,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         np.save(root / "calibration.npy", token_embeddings(32, args.tokens, args.dim, seed=1))
         np.save(root / "data.npy", token_embeddings(8, args.tokens, args.dim, seed=2))
         for flavour, path in paths.items():
-            for target in TARGETS:
+            for target in targets:
                 print(_row(flavour, target, path, root, root / f"{path.stem}_{target}"),
                       flush=True)
     return 0
