@@ -76,6 +76,13 @@ def _out(fn):
 _EVAL: dict[str, Any] = {
     "Identity": _out(lambda a: a), "Snapshot": _out(lambda a: a), "Neg": _out(np.negative),
     "Rsqrt": _out(lambda a: 1.0 / np.sqrt(a)), "Sqrt": _out(np.sqrt),
+    "Cos": _out(np.cos), "Sin": _out(np.sin), "FloorMod": _out(np.mod),
+    "Transpose": _out(lambda a, p: np.transpose(a, _ints(p))),
+    "Slice": _out(lambda a, b, s: a[tuple(slice(i, None if n < 0 else i + n)
+                                          for i, n in zip(_ints(b), _ints(s), strict=True))]),
+    "Pad": _out(lambda a, p: np.pad(a, np.reshape(_ints(p), (-1, 2)))),
+    "PadV2": _out(lambda a, p, c: np.pad(a, np.reshape(_ints(p), (-1, 2)),
+                                          constant_values=c.item())),
     "Reciprocal": _out(lambda a: 1.0 / a), "Square": _out(np.square),
     "Squeeze": _squeeze, "Cast": _cast,
     "Mul": _out(np.multiply), "Add": _out(np.add), "AddV2": _out(np.add),

@@ -144,11 +144,15 @@ def fit_ramps(fn: UnaryFunction, lo: float, hi: float, max_segments: int = MAX_S
     if not finite.all() and not refit:
         return f"{fn.name} is not finite everywhere on [{flo:.4g}, {fhi:.4g}]"
     if not finite.all():  # a domain edge in the margin: keep half the margin up to it
+        with np.errstate(all="ignore"):
+            ends = fn.f(np.array([lo, hi], np.float64))
+        if not np.isfinite(ends).all():
+            return f"{fn.name} is not finite on the observed range [{lo:.4g}, {hi:.4g}]"
         bad_lo, bad_hi = xs[~finite & (xs < lo)], xs[~finite & (xs > hi)]
         if bad_lo.size:
-            flo = lo - (lo - bad_lo.max()) / 2
+            flo = lo - (lo - _domain_edge(fn.f, float(bad_lo.max()), lo)) / 2
         if bad_hi.size:
-            fhi = hi + (bad_hi.min() - hi) / 2
+            fhi = hi + (_domain_edge(fn.f, float(bad_hi.min()), hi) - hi) / 2
         return _refit(fn, lo, hi, flo, fhi, max_segments)
     if fn.slope_minus is None or fn.slope_plus is None:
         fn = with_linear_part(fn, xs, ys)
@@ -244,11 +248,24 @@ def _bisect_jump(r: Callable[[np.ndarray], np.ndarray], a: float, b: float) -> f
     return 0.5 * (a + b)
 
 
+def _domain_edge(f: Callable[[np.ndarray], np.ndarray], bad: float, good: float) -> float:
+    """Where ``f`` stops being finite between a grid point ``bad`` (not finite) and ``good``
+    (finite): bisected, so a margin cut at the edge ends inside the domain, not at the grid's
+    last non-finite point (``log(x + 1e-6)`` is finite from -1e-6, the grid may step 0.07)."""
+    for _ in range(60):
+        mid = 0.5 * (bad + good)
+        with np.errstate(all="ignore"):
+            ok = bool(np.isfinite(f(np.array([mid]))).all())
+        bad, good = (bad, mid) if ok else (mid, good)
+    return good
+
+
 def _refit(fn: UnaryFunction, lo: float, hi: float, flo: float, fhi: float,
            max_segments: int) -> RampFit | str:
     """:func:`fit_ramps` on the explicit range ``[flo, hi]`` (a margin cut at a domain edge)."""
-    domain = (max(fn.domain[0], flo - 1e-12 * max(1.0, abs(flo))),
-              min(fn.domain[1], fhi + 1e-12 * max(1.0, abs(fhi))))
+    # open edges placed so that the point just inside them (_inside) is flo / fhi itself
+    domain = (max(fn.domain[0], flo - max(1e-6, 1e-6 * abs(flo))),
+              min(fn.domain[1], fhi + max(1e-6, 1e-6 * abs(fhi))))
     narrowed = UnaryFunction(fn.name, fn.f, fn.slope_minus, fn.slope_plus, domain, fn.poles)
     return fit_ramps(narrowed, lo, hi, max_segments, refit=False)
 

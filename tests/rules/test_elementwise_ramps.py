@@ -141,3 +141,13 @@ def test_int8_conversion_keeps_every_op_int8_and_the_error_near_one_output_step(
                                         "MUL", "ADD"}
         assert rel < 0.012, fn  # about 1.5 steps of the output's int8 scale (1/255)
         assert rel < max(rel_plain, 0.012)
+
+
+def test_log_of_a_power_plus_epsilon_fits_from_zero():
+    """log(x + 1e-6) on [0, 4000] (a log-mel front end): the margin below 0 ends at the domain
+    edge -1e-6 (bisected), not at the grid's last non-finite point, which failed the fit."""
+    from rewriter.rules._unary import UnaryFunction, fit_ramps
+
+    fit = fit_ramps(UnaryFunction("log", lambda x: np.log(x + 1e-6), None, None), 0.0, 4000.0)
+    assert not isinstance(fit, str), fit
+    assert -1e-6 < fit.fit_range[0] <= 0.0 and np.isfinite(fit.max_abs_error)
