@@ -78,6 +78,10 @@ SAMPLES: dict[str, tuple[Callable[[], Any], tuple[float, float], int]] = {
                              (-2.0, 2.0), 0),
     "softmax_rows": (_fn(tf.nn.softmax, (1, 2, 3, 6)), (-4.0, 4.0), 0),
     "softmax_ramps": (_fn(tf.nn.softmax, (1, 6)), (-4.0, 4.0), 0),
+    # a power spectrum: frames as signal blocks read by CONV_2D, DFT kernels, MUL/ADD; the
+    # signal's reshape into [1, blocks, 1, step] is one regrouping reshape
+    "stft_as_conv": (_fn(lambda x: tf.square(tf.abs(tf.signal.stft(x, 64, 32))), (1, 512)),
+                     (-1.0, 1.0), 1),
     # its CONV_2D ramps read the tensor reshaped to [.., C * W, 1]: two regrouping reshapes
     "elementwise_ramps": (_fn(tf.exp), (-3.0, 1.0), 2),
 }
