@@ -125,19 +125,9 @@ def test_representative_activations_are_placed_and_close_in_int8(key, target, tm
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("key", [a.key for a in catalogue() if a.key not in SUBSET
-                                 and a.name != "sparsemax"])
+@pytest.mark.parametrize("key", [a.key for a in catalogue() if a.key not in SUBSET])
 def test_every_activation_is_placed_and_close_in_int8(key, target, tmp_path):
-    _assert_placed_and_close(_job(key, target, tmp_path), target)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("target", TARGETS)
-def test_sparsemax_is_refused_with_the_op_no_rule_removes(target, tmp_path):
-    """Sparsemax sorts (TOPK_V2) and counts (CUMSUM): no rule expresses them yet; the job says
-    so (exit 1) and names the op, never drops it."""
-    report = _job("sparsemax", target, tmp_path)
-    assert report["exit_code"] == 1 and not report["ok"]
-    assert "TOPK_V2" in {u["op"] for u in report["unsupported_after"]}
-    assert any(u["op"] == "TopKV2" and "no rule removes this op" in u.get("why", "")
-               for u in report["unsupported_before"])
+    report = _job(key, target, tmp_path)
+    _assert_placed_and_close(report, target)
+    if key == "sparsemax":  # sorts (TOPK_V2) and counts (CUMSUM): rewritten without a sort
+        assert "sparsemax_pairwise" in {r["rule"] for r in report["rules_applied"]}

@@ -409,12 +409,10 @@ class RampRule(FloatRule):
         raise NotImplementedError
 
     def check(self, g: GraphIndex, m: Match) -> Reject | None:
-        if dtype_of(m.root) != np.dtype(np.float32):
-            return Reject(f"dtype {dtype_of(m.root)} is not float32", m.root.name)
+        shape = float32_static_shape(g, m)
+        if isinstance(shape, Reject):
+            return shape
         x = m.inputs["x"]
-        shape = tensor_shape(g, x)
-        if shape is None or any(d is None or d < 1 for d in shape):
-            return Reject(f"input {x} has no static shape ({shape})", m.root.name)
         fn = self.function(g, m)
         if isinstance(fn, str):
             return Reject(fn, m.root.name)
@@ -425,12 +423,24 @@ class RampRule(FloatRule):
         fit = fit_ramps(fn, seen.lo, seen.hi)
         if isinstance(fit, str):
             return Reject(fit, m.root.name)
-        m.extra.update(fit=fit, shape=tuple(int(d) for d in shape), seen=seen)
+        m.extra.update(fit=fit, shape=shape, seen=seen)
         m.bound = fit.bound(x, seen.samples)
         return None
 
     def rewrite(self, g: GraphIndex, m: Match, b: Builder) -> str:
         return build_ramps(b, m.inputs["x"], m.extra["shape"], m.extra["fit"])
+
+
+def float32_static_shape(g: GraphIndex, m: Match) -> tuple[int, ...] | Reject:
+    """The static shape of ``m.inputs["x"]`` for a float32 match, or why the fitted rules refuse
+    it (another dtype, an unknown dimension)."""
+    if dtype_of(m.root) != np.dtype(np.float32):
+        return Reject(f"dtype {dtype_of(m.root)} is not float32", m.root.name)
+    x = m.inputs["x"]
+    shape = tensor_shape(g, x)
+    if not shape or any(d is None or d < 1 for d in shape):
+        return Reject(f"input {x} has no static shape ({shape})", m.root.name)
+    return tuple(int(d) for d in shape)
 
 
 def unary_node(node: NodeDef) -> Match:
@@ -439,4 +449,4 @@ def unary_node(node: NodeDef) -> Match:
 
 
 __all__ = ["MAX_SEGMENTS", "RAMP_OPS", "ObservedRange", "RampFit", "RampRule", "UnaryFunction",
-           "add_linear", "build_ramps", "fit_ramps", "plane", "unary_node"]
+           "add_linear", "build_ramps", "fit_ramps", "float32_static_shape", "plane", "unary_node"]

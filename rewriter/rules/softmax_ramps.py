@@ -27,9 +27,10 @@ from rewriter.rules._unary import (
     UnaryFunction,
     build_ramps,
     fit_ramps,
+    float32_static_shape,
     unary_node,
 )
-from rewriter.rules.base import Bound, Builder, Match, Reject, dtype_of, tensor_shape
+from rewriter.rules.base import Bound, Builder, Match, Reject
 
 
 class SoftmaxRamps(FloatRule):
@@ -49,12 +50,10 @@ class SoftmaxRamps(FloatRule):
         return unary_node(node)
 
     def check(self, g: GraphIndex, m: Match) -> Reject | None:
-        if dtype_of(m.root) != np.dtype(np.float32):
-            return Reject(f"dtype {dtype_of(m.root)} is not float32", m.root.name)
+        shape = float32_static_shape(g, m)
+        if isinstance(shape, Reject):
+            return shape
         x = m.inputs["x"]
-        shape = tensor_shape(g, x)
-        if shape is None or not shape or any(d is None or d < 1 for d in shape):
-            return Reject(f"input {x} has no static shape ({shape})", m.root.name)
         values = sample_values(g, x)
         if not values:
             return Reject(f"no observed values for {x}: the fit needs calibration data",
@@ -83,7 +82,7 @@ class SoftmaxRamps(FloatRule):
         err = (ee + en + slope * ee) if log else (ee * (1.0 / (c * lo_m) + en) + en + slope * ee)
         lo = float(min(v.min() for v in values))
         hi = float(max(v.max() for v in values))
-        m.extra.update(shape=tuple(int(s) for s in shape), fit_e=fit_e, fit_n=fit_n, log=log)
+        m.extra.update(shape=shape, fit_e=fit_e, fit_n=fit_n, log=log)
         m.bound = Bound(float(err), (lo, hi),
                         f"exp fitted with {fit_e.segments} ramps on [{d.min():.4g}, 0] and "
                         f"{norm.name} with {fit_n.segments} ramps on [{mean.min():.4g}, "
