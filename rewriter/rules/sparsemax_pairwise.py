@@ -120,9 +120,12 @@ class SparsemaxPairwise(FloatRule):
     def rewrite(self, g: GraphIndex, m: Match, b: Builder) -> str:
         shape, form = m.extra["shape"], m.extra["form"]
         c = shape[-1]
-        rows, cols = plane(tuple(shape[:-1])) or (1, int(np.prod(shape[:-1])))
-        x4 = b.op("Reshape", [m.inputs["x"], b.const("plane", [1, rows, cols, c], np.int32)],
-                  "plane_x", attrs={"Tshape": np.int32})
+        nhwc = len(shape) == 4 and shape[0] == 1  # already [1, H, W, C]: no reshape
+        rows, cols = shape[1:3] if nhwc else (plane(tuple(shape[:-1]))
+                                              or (1, int(np.prod(shape[:-1]))))
+        x4 = m.inputs["x"] if nhwc else b.op(
+            "Reshape", [m.inputs["x"], b.const("plane", [1, rows, cols, c], np.int32)],
+            "plane_x", attrs={"Tshape": np.int32})
         pairs = [(i, j) for i in range(c) for j in range(c) if i != j]
         diff = np.zeros((c, len(pairs)))
         per_i = np.zeros((len(pairs), c))
@@ -151,6 +154,8 @@ class SparsemaxPairwise(FloatRule):
         inv = build_ramps(b, size, (1, rows, cols, 1), m.extra["fit"])
         tau = _conv(b, b.op("Mul", [num, inv], "tau"), np.ones((1, c)), "tau_c")
         out = b.op("Relu", [b.op("Sub", [x4, tau], "x_minus_tau")], "out4")
+        if nhwc:
+            return out
         return b.op("Reshape", [out, b.const("shape", list(shape), np.int32)], "out",
                     attrs={"Tshape": np.int32})
 

@@ -82,6 +82,7 @@ SAMPLES: dict[str, tuple[Callable[[], Any], tuple[float, float], int]] = {
     # signal's reshape into [1, blocks, 1, step] is one regrouping reshape
     "stft_as_conv": (_fn(lambda x: tf.square(tf.abs(tf.signal.stft(x, 64, 32))), (1, 512)),
                      (-1.0, 1.0), 1),
+    "sparsemax_pairwise": (_fn(keras.ops.sparsemax), (-3.0, 3.0), 0),
     # its CONV_2D ramps read the tensor reshaped to [.., C * W, 1]: two regrouping reshapes
     "elementwise_ramps": (_fn(tf.exp), (-3.0, 1.0), 2),
 }
