@@ -64,10 +64,11 @@ def test_exact_only_refuses_the_approximation_and_reports_the_op():
 
 
 def test_an_op_no_rule_removes_is_reported_never_dropped():
-    model = model_from_function(lambda x: tf.math.cumsum(x), [(5,)])
+    model = model_from_function(lambda x: tf.math.cumprod(x), [(5,)])  # (Cumsum: sparsemax)
     p = plan(model, basic(), "none")
-    assert p.unfixable == [{"op": "Cumsum", "count": 1, "reason": "CUMSUM is not supported by "
-                            "Toy tflite target", "why": "no rule removes this op"}]
+    assert p.unfixable == [{"op": "Cumprod", "count": 1, "reason": "TF op Cumprod has no known "
+                            "tflite lowering (conversion would need Flex ops)",
+                            "why": "no rule removes this op"}]
 
 
 def test_planner_judges_nodes_so_attribute_limits_count():
