@@ -61,8 +61,17 @@ def figures(case: dict[str, Any], target: str) -> dict[str, dict[str, Any]]:
         out[kind] = {**placement(t if t and "error" not in t else None, target),
                      "cosine": acc.get("cosine"), "max_rel_error": acc.get("max_rel_error")}
         if failed:
-            out[kind]["text"] = "conversion failed"
+            out[kind]["text"] = "conversion failed" + _why(base)
     return out
+
+
+def _why(base: dict[str, Any]) -> str:
+    """``: <the last line of the failing step's stderr>`` (shortened), or nothing."""
+    for step in (base.get("quantise") or {}, base):
+        lines = [ln.strip() for ln in str(step.get("stderr") or "").splitlines() if ln.strip()]
+        if step.get("exit") not in (0, None) and lines:
+            return ": " + lines[-1][:90].replace("|", "/")
+    return ""
 
 
 def costs(case: dict[str, Any], target: str) -> dict[str, Any]:
@@ -93,7 +102,10 @@ def render_md(doc: dict[str, Any]) -> str:
     lines = [
         "# Benchmarks: the model zoo", "",
         f"Regenerate: `{meta['command']}` (the onnx2tf venv: see `benchmarks/zoo.py`).", "",
-        f"Run {meta['date_utc']}, {meta['total_s']:.0f} s in all, on {m['cpu']} "
+        f"Run {meta['date_utc']}, "
+        + ("resumed from a work directory holding earlier results (each job's and baseline's "
+           "own wall time is in the tables)" if meta.get("resumed")
+           else f"{meta['total_s']:.0f} s in all") + f", on {m['cpu']} "
         f"({m['cores']} cores, {m['memory_gb']} GB; {m['os']}, Python {m['python']}); load "
         f"average {m['load_average_at_start'][0]:.1f} at the start and "
         f"{m['load_average_at_end'][0]:.1f} at the end: the machine is shared, so wall times "
@@ -106,8 +118,10 @@ def render_md(doc: dict[str, Any]) -> str:
         + f" Inputs {meta['size']}x{meta['size']} for the image models; "
         f"`rewrite batch --workers {meta['workers']}` runs the jobs. Per model, the plain TFLite "
         "converter (full int8, int8 I/O, no rewriting), plain tf2onnx, and onnx2tf on that ONNX "
-        "file (`" + " ".join(meta["onnx2tf_flags"]) + "`: full int8 with int8 I/O on the same "
-        "calibration data, input shape kept, the ops the Edge TPU lacks replaced) are judged "
+        "file (`" + " ".join(meta["onnx2tf_flags"]) + "`: input shape kept, the ops the Edge TPU "
+        "lacks replaced; its SavedModel quantised the way its `-oiqt` does, full int8 with "
+        "int8 I/O, on the same calibration data, since `-oiqt` itself crashes when given it) "
+        "are judged "
         "like the job judges its own artifact: ops on the accelerator by the target's op table "
         "(Edge TPU: ops before the first unsupported one, where the compiler cuts), Vela for "
         "Ethos-U (NPU/CPU operators, estimated inference time), and int8 cosine to the original "
