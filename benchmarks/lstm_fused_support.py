@@ -148,11 +148,12 @@ def _render(rows: list[dict[str, Any]]) -> str:
              "TFLite Micro |", "|---|---|---|---|---|"]
     for r in rows:
         if not r["converted"]:
-            lines.append(f"| {r['file']} | conversion failed: {r['error'][:120]} | | | |")
+            err = " ".join(r["error"].split())[:160]
+            lines.append(f"| {r['file']} | conversion failed: {err} | | | |")
             continue
         v, t = r["vela"], r["tflm"]
-        reasons = "; ".join(f"{c.get('op')}: {c.get('reason')}" for c in v.get("cpu_reasons")
-                            or [])[:300]
+        reasons = "; ".join(f"{c.get('op')}: {' '.join(c.get('reasons') or [])[:90]}"
+                            for c in v.get("cpu_reasons") or [])
         vela = f"{v['npu_ops']} NPU / {v['cpu_ops']} CPU" + (f" ({reasons})" if reasons else "")
         tflm = f"runs, cosine {t['cosine']}" if t["runs"] else f"fails: {t['error']}"
         fused = ", ".join(r["fused_lstm"]) or "none (unrolled)"

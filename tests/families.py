@@ -288,59 +288,45 @@ def _image(rng: np.random.Generator, h: int, w: int, c: int) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- builders
-def _keras3_lstm(path: Path) -> None:
-    import keras
+def _keras_layers(path: Path, name: str, stack: Callable[[Any], list], head: int = 4,
+                  legacy: bool = False) -> None:
+    """Input (named by the family's data), the ``stack(layers)`` layers in order, a Dense head;
+    Keras 3 or tf_keras (``legacy``), seeded, saved to ``path``."""
+    if legacy:
+        import tf_keras as k
+    else:
+        import keras as k
+    k.utils.set_random_seed(0)
+    fam = FAMILIES[name]
+    x = inp = k.Input(fam.shape[1:], name=fam.data)
+    for layer in stack(k.layers):
+        x = layer(x)
+    k.Model(inp, k.layers.Dense(head)(x)).save(path)
 
-    keras.utils.set_random_seed(0)
-    inp = keras.Input(FAMILIES["keras3_lstm"].shape[1:], name="sequence")
-    x = keras.layers.LSTM(16)(inp)
-    keras.Model(inp, keras.layers.Dense(4)(x)).save(path)
+
+def _keras3_lstm(path: Path) -> None:
+    _keras_layers(path, "keras3_lstm", lambda L: [L.LSTM(16)])
 
 
 def _keras3_gru_kws(path: Path) -> None:
-    import keras
-
-    keras.utils.set_random_seed(0)
-    layers = keras.layers
-    inp = keras.Input(FAMILIES["keras3_gru_kws"].shape[1:], name="spectrogram")
-    x = layers.Conv2D(8, (5, 3), strides=(2, 1), padding="same", activation="relu")(inp)
-    x = layers.Reshape((25, 80))(x)
-    x = layers.GRU(16, return_sequences=True)(x)
-    x = layers.GRU(16)(x)
-    keras.Model(inp, layers.Dense(12)(x)).save(path)
+    _keras_layers(path, "keras3_gru_kws", lambda L: [
+        L.Conv2D(8, (5, 3), strides=(2, 1), padding="same", activation="relu"),
+        L.Reshape((25, 80)), L.GRU(16, return_sequences=True), L.GRU(16)], head=12)
 
 
 def _keras3_bilstm(path: Path) -> None:
-    import keras
-
-    keras.utils.set_random_seed(0)
-    layers = keras.layers
-    inp = keras.Input(FAMILIES["keras3_bilstm"].shape[1:], name="sequence")
-    x = layers.Bidirectional(layers.LSTM(8, return_sequences=True))(inp)
-    x = layers.LSTM(8)(x)
-    keras.Model(inp, layers.Dense(4)(x)).save(path)
+    _keras_layers(path, "keras3_bilstm", lambda L: [
+        L.Bidirectional(L.LSTM(8, return_sequences=True)), L.LSTM(8)])
 
 
 def _tf_keras_lstm(path: Path) -> None:
-    import tf_keras
-
-    tf_keras.utils.set_random_seed(0)
-    layers = tf_keras.layers
-    inp = tf_keras.Input(FAMILIES["tf_keras_lstm"].shape[1:], name="sequence")
-    x = layers.LSTM(16, return_sequences=True)(inp)
-    x = layers.LSTM(16)(x)
-    tf_keras.Model(inp, layers.Dense(4)(x)).save(path)
+    _keras_layers(path, "tf_keras_lstm", lambda L: [
+        L.LSTM(16, return_sequences=True), L.LSTM(16)], legacy=True)
 
 
 def _tf_keras_bigru(path: Path) -> None:
-    import tf_keras
-
-    tf_keras.utils.set_random_seed(0)
-    layers = tf_keras.layers
-    inp = tf_keras.Input(FAMILIES["tf_keras_bigru"].shape[1:], name="sequence")
-    x = layers.Bidirectional(layers.GRU(8, return_sequences=True))(inp)
-    x = layers.Flatten()(x)
-    tf_keras.Model(inp, layers.Dense(4)(x)).save(path)
+    _keras_layers(path, "tf_keras_bigru", lambda L: [
+        L.Bidirectional(L.GRU(8, return_sequences=True)), L.Flatten()], legacy=True)
 
 
 def _graph_while_gru(path: Path) -> None:

@@ -10,7 +10,9 @@ nor TFLite Micro has a grouped CONV_2D. The same sums, written with ops every on
   reshaped from ``[kh, kw, 1, C_in*M]`` to ``[kh, kw, C_in, M]`` (output channel ``c*M + m``
   reads input channel ``c`` in both); needs equal strides in h and w (TF's depthwise kernel);
 * otherwise ``Split`` the input into ``g`` channel groups, one ``Conv2D`` per group with its
-  slice of the filter, ``ConcatV2`` of the results.
+  slice of the filter, ``ConcatV2`` of the results; more than :data:`MAX_CONCAT_INPUTS` groups
+  are concatenated in a tree of such concats (TFLite Micro's CONCATENATION takes at most 10
+  inputs: ``kMaxInputNum``; RegNetX002 has up to 46 groups).
 
 Both are exact: each output is the same products summed in the same order. The front ends
 apply this rule while loading (the original graph cannot run in TF otherwise), so it is not in
@@ -23,6 +25,9 @@ import numpy as np
 
 from rewriter.graph import GraphIndex, NodeDef
 from rewriter.rules.base import Builder, Match, Reject, Rule, static_value, tensor_shape
+
+#: The most inputs one emitted concat has (TFLite Micro's CONCATENATION limit, kMaxInputNum).
+MAX_CONCAT_INPUTS = 10
 
 
 class GroupedConvSplit(Rule):
@@ -73,8 +78,7 @@ class GroupedConvSplit(Rule):
             kernel = b.const(f"filter_{i}", w[:, :, :, i * step:(i + 1) * step])
             x_i = parts if i == 0 else f"{parts}:{i}"
             outs.append(b.copy_of(conv, [x_i, kernel], f"conv_{i}"))
-        return b.op("ConcatV2", [*outs, b.const("concat_axis", 3, dtype=np.int32)], "concat",
-                    attrs={"N": groups, "Tidx": np.int32})
+        return _concat_tree(outs, b.const("concat_axis", 3, dtype=np.int32), b)
 
     @staticmethod
     def _depthwise(conv: NodeDef, w: np.ndarray, cin: int, x: str, b: Builder) -> str:
@@ -88,6 +92,18 @@ class GroupedConvSplit(Rule):
                                           and node.attr["padding"].s == b"EXPLICIT"):
                 del node.attr[attr]
         return b.copy_of(node, [x, kernel], "depthwise")
+
+
+def _concat_tree(parts: list[str], axis: str, b: Builder, level: int = 0) -> str:
+    """Concat of ``parts`` along ``axis`` with at most MAX_CONCAT_INPUTS inputs per node (a
+    concat of concats of consecutive runs is the same tensor)."""
+    if len(parts) > MAX_CONCAT_INPUTS:
+        runs = [parts[i:i + MAX_CONCAT_INPUTS] for i in range(0, len(parts), MAX_CONCAT_INPUTS)]
+        parts = [_concat_tree(run, axis, b, level + 1) if len(run) > 1 else run[0]
+                 for run in runs]
+        return _concat_tree(parts, axis, b, level)
+    suffix = "concat" if level == 0 else f"concat_{level}"
+    return b.op("ConcatV2", [*parts, axis], suffix, attrs={"N": len(parts), "Tidx": np.int32})
 
 
 #: Not in the planner's catalogue: the front ends apply it while loading (a grouped Conv2D cannot

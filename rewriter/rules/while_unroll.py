@@ -15,6 +15,13 @@ step); the collected outputs become a ``Pack``. Counters and indices are folded 
 Refused, with the reason: a trip count that depends on the data (a dynamic sequence length),
 nested loops, conditionals or stateful ops in the body. TF1 loops (``dynamic_rnn``) carry
 their sequences in TensorArrays instead of TensorLists; both are followed.
+
+Why not TFLite's fused UNIDIRECTIONAL_SEQUENCE_LSTM (``benchmarks/lstm_fused_support.py``):
+the int8 fused op runs in TFLite Micro and Vela 5.2 lowers it to NPU operators, but the TFLite
+converter fuses a tf_keras LSTM layer's function (tagged ``api_implements``) when converting the
+Keras model itself, while the job converts the frozen, rewritten graph every front end gives,
+where that function is inlined; TF 2.21 cannot quantize the fused op to 16x8 at all. The
+unrolled form runs on all three int8 targets with no CPU operator.
 """
 
 from __future__ import annotations

@@ -59,6 +59,17 @@ def test_grouped_conv_becomes_split_convs_concat_and_matches(cin, cout, groups):
     assert_close_rel(result.model.run({"x": x})["y"], _reference(x, w, groups), rtol=1e-5)
 
 
+def test_many_groups_are_concatenated_in_a_tree_of_at_most_ten_inputs():
+    """TFLite Micro's CONCATENATION takes at most 10 inputs (RegNetX002 has up to 46 groups)."""
+    model, w = _grouped_graph(46, 46 * 2, 23, size=6)
+    result = apply_rules(model, [RULE])
+    concats = [n for n in result.model.graph_def.node if n.op == "ConcatV2"]
+    assert op_types(result.model)["Conv2D"] == 23 and len(concats) == 4  # 10 + 10 + 3, root
+    assert all(len(n.input) - 1 <= 10 for n in concats)
+    x = np.random.default_rng(1).uniform(-3, 3, (1, 6, 6, 46)).astype("f4")
+    assert_close_rel(result.model.run({"x": x})["y"], _reference(x, w, 23), rtol=1e-5)
+
+
 def test_one_channel_per_group_becomes_depthwise_and_matches():
     model, w = _grouped_graph(8, 16, 8)
     result = apply_rules(model, [RULE])
