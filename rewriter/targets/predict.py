@@ -51,6 +51,7 @@ def graph_facts(model: Model, target: LoweringTarget, quantize: str) -> list[OpF
     fused = _converter_fusions(index, consts) if tflite else {}
     if tflite:
         fused.update(_l2norm_fusions(index, consts, shapes))
+    prelu = _prelu_fusions(index, shapes, fused) if tflite else {}
     in_loops = loop_members(index)  # a while loop is one op to the converter: WHILE
     out: list[OpFacts] = []
     for node in index.topological_order():
@@ -71,6 +72,10 @@ def graph_facts(model: Model, target: LoweringTarget, quantize: str) -> list[OpF
         lowered = target.lower(node.op)
         if node.name in fused:
             lowered = [fused[node.name][0]]
+            if node.name in prelu:  # PRELU(x, alpha): its operands are x and the alpha
+                base.inputs = tuple(_tensor_facts(index, r, shapes, r != prelu[node.name][0])
+                                    for r in prelu[node.name])
+                base.input_shape = base.inputs[0].shape
         elif tflite and node.op in ("StatefulPartitionedCall", "PartitionedCall"):
             lowered = _call_lowering(index, node, target)
             live = [r for r in data_inputs(node) if r.split(":")[0] not in consts]
@@ -210,6 +215,29 @@ def _gelu_fusions(index: Any, live_inputs: Callable[[Any], list[str]],
         out[head.name] = ("GELU", "")
         for n in (half, neg, scale, erfc):
             out[n.name] = ("", note)
+
+
+def _prelu_fusions(index: Any, shapes: dict[str, Shape], out: dict[str, tuple[str, str]]
+                   ) -> dict[str, tuple[str, str]]:
+    """Keras PReLU, ``relu(x) + (-alpha) * relu(-x)`` with alpha of rank(x) - 1: the converter
+    emits one PRELU (TF 2.21; a scalar or full-rank alpha stays RELU/NEG/MUL/ADD). Marks the
+    fusion in ``out`` and returns {head: (x, alpha)} for the PRELU's operand facts."""
+    from rewriter.rules.prelu_spatial_alpha import match_prelu
+
+    found: dict[str, tuple[str, str]] = {}
+    for node in list(index):
+        m = match_prelu(index, node) if node.op in ("AddV2", "Add") else None
+        x_shape = m and shapes.get(_tensor_name(m.inputs["x"]))
+        if not m or x_shape is None or m.extra["neg_alpha"].ndim != len(x_shape) - 1:
+            continue
+        if any(len(index.consumers(n.name)) != 1 for n in m.nodes[1:]):
+            continue
+        note = f"fused into PRELU at {node.name} by the converter"
+        out[node.name] = ("PRELU", "")
+        for n in m.nodes[1:]:
+            out[n.name] = ("", note)
+        found[node.name] = (m.inputs["x"], m.extra["alpha_ref"])
+    return found
 
 
 #: The converter fuses ``max(sum(x^2), eps)`` / ``sum(x^2) + eps`` only for eps below this

@@ -70,6 +70,10 @@ SAMPLES: dict[str, tuple[Callable[[], Any], tuple[float, float], int]] = {
     # a backward sequence: the steps packed on time, then reversed in time
     "reverse_of_pack": (_fn(lambda x: tf.reverse(tf.stack(
         [tf.tanh(x * (i + 1.0)) for i in range(3)], axis=1), [1]), (1, 4)), (-1.0, 1.0), 0),
+    # Keras PReLU, default shared_axes: a trained-looking alpha that differs per position
+    "prelu_spatial_alpha": (_seq(lambda L: [L.PReLU(alpha_initializer=keras.initializers
+                                                     .RandomUniform(-0.5, 0.8, seed=0))]),
+                            (-3.0, 3.0), 0),
     "layernorm_l2norm": (_seq(lambda L: [L.LayerNormalization(epsilon=1e-6)]), (-3.0, 3.0), 0),
     "layernorm_l2norm_fused_bn": (_seq(lambda L: [L.LayerNormalization()], (1, 6, 8),
                                        legacy=True), (-3.0, 3.0), 0),
