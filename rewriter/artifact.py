@@ -113,7 +113,11 @@ def _mark_float_islands(sg: Any, ops: list[OpFacts]) -> None:
 
 
 def _tensor_json(t: Any, types: dict[int, str]) -> dict[str, Any]:
-    return {"name": _s(t.name), "shape": _shape(t), "dtype": types.get(t.type, "?").lower()}
+    out = {"name": _s(t.name), "shape": _shape(t), "dtype": types.get(t.type, "?").lower()}
+    q = t.quantization
+    if q is not None and q.scale is not None and len(q.scale) == 1:  # per-tensor (I/O)
+        out["quantization"] = {"scale": float(q.scale[0]), "zero_point": int(q.zeroPoint[0])}
+    return out
 
 
 def _s(x: Any) -> str:

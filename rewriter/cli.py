@@ -2,11 +2,12 @@
 
 ``rewrite MODEL --target T [-o OUT]`` runs the whole job (the ``run`` command); the other
 subcommands live one per module in :mod:`rewriter.commands`, each with ``HELP``,
-``add_arguments(parser)`` and ``run(args, ui) -> int``. Exit codes: 0 success, 1 result not
-acceptable, 2 bad usage or input (one line ``error: ...`` on stderr, never a traceback), 3
-internal error (one line naming the stage and a kept log); see :mod:`rewriter.supervise`, which
-also runs the console script's work in a child process so a native crash cannot end a run
-silently.
+``add_arguments(parser)``, ``run(args, ui) -> int`` and optionally ``validate(args)``, which
+checks names and paths before TensorFlow is imported (so a typo is reported at once). Exit codes:
+0 success, 1 result not acceptable, 2 bad usage or input (one line ``error: ...`` on stderr, never
+a traceback), 3 internal error (one line naming the stage and a kept log); see
+:mod:`rewriter.supervise`, which also runs the console script's work in a child process so a
+native crash cannot end a run silently.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from rewriter import __version__, supervise
 
@@ -34,8 +37,21 @@ COMMANDS = {
 }
 
 
+#: Values that start with '-' but are numbers or number lists (``--input-range -1,1``,
+#: ``--atol -1e-3``), so argparse takes them as values, not as unknown options.
+_NEGATIVE_VALUE = re.compile(
+    r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?(,-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?)*$")
+#: Options of ``rewrite`` itself, accepted before the command (or the model) too.
+_GLOBAL_FLAGS = ("-q", "--quiet")
+
+
 class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line and exit 2."""
+    """An ArgumentParser whose usage errors are one line and exit 2, and which reads negative
+    numbers and number lists as values."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE_VALUE
 
     def error(self, message: str) -> None:  # type: ignore[override]
         print(f"error: {message} (see `{self.prog} --help`)", file=sys.stderr)
@@ -89,17 +105,44 @@ def _available_commands() -> dict[str, object]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="rewrite", description=(
-        "Rewrite a TensorFlow model so it runs on an edge target. "
-        "`rewrite MODEL --target T -o OUT` runs the whole job; subcommands below."))
+    parser = _Parser(prog="rewrite", formatter_class=argparse.RawDescriptionHelpFormatter,
+                     description=(
+                         "Rewrite a TensorFlow model so it runs on an edge target. "
+                         "`rewrite MODEL --target T -o OUT` runs the whole job (the `run` "
+                         "command; its options are listed below the commands)."))
     parser.add_argument("--version", action="version", version=f"rewriter {__version__}")
+    parser.add_argument(*_GLOBAL_FLAGS, dest="quiet", action="store_true", default=False,
+                        help="no progress output (also accepted after the command)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, mod in _available_commands().items():
         p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
-        p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+        # SUPPRESS: an unset -q after the command keeps a -q given before it.
+        p.add_argument(*_GLOBAL_FLAGS, dest="quiet", action="store_true",
+                       default=argparse.SUPPRESS, help="no progress output")
         mod.add_arguments(p)
         p.set_defaults(_module=mod)
+        if name == "run":
+            parser.epilog = _main_job_help(p)
     return parser
+
+
+def _main_job_help(run_parser: argparse.ArgumentParser) -> str:
+    """The main job's usage and options, shown under ``rewrite --help`` too."""
+    text = run_parser.format_help()
+    body = text[text.index("\n\n") + 2:]  # after the usage
+    body = body[body.index("\n\n") + 2:] if run_parser.description else body
+    return ("the main job:\n  rewrite [run] MODEL --target T [-o OUT] [options]\n\n"
+            + body.replace("positional arguments:\n", "", 1))
+
+
+def with_default_command(argv: list[str]) -> list[str]:
+    """``rewrite [-q] MODEL ...`` is ``rewrite [-q] run MODEL ...``."""
+    i = 0
+    while i < len(argv) and argv[i] in _GLOBAL_FLAGS:
+        i += 1
+    if i < len(argv) and not argv[i].startswith("-") and argv[i] not in COMMANDS:
+        return [*argv[:i], "run", *argv[i:]]
+    return argv
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -113,9 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _quiet_tensorflow()
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    # `rewrite MODEL --target T` is `rewrite run MODEL --target T`.
-    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
-        argv = ["run", *argv]
+    argv = with_default_command(argv)
     if not argv:
         parser.print_help()
         return 2
@@ -127,6 +168,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        validate = getattr(args._module, "validate", None)
+        if validate is not None:  # names and paths, before the seconds TensorFlow takes to import
+            supervise.set_stage("checking the arguments")
+            validate(args)
         if args.command not in _NO_TF_COMMANDS:
             converts = getattr(args._module, "converts", None)
             if converts is not None and converts(args):

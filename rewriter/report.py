@@ -168,15 +168,22 @@ def summary(report: dict[str, Any], attempt: Attempt, synthetic: bool) -> str:
     if vela is not None:
         parts.append(f"Vela: {vela.npu_ops} NPU / {vela.cpu_ops} CPU operators")
     parts.append(f"rewritten TF graph {'matches' if attempt.tf.ok else 'DOES NOT match'}"
-                 + _nonfinite(attempt.tf, "rewritten graph"))
+                 + _nonfinite(attempt.tf, "rewritten graph")
+                 + ("" if attempt.artifact is not None else _degenerate(attempt.tf)))
     if attempt.artifact is not None:
         art = attempt.artifact.comparison
         worst = min((o.cosine for o in art.outputs), default=1.0)
         parts.append(f"artifact {'matches' if art.ok else 'DOES NOT match'} "
-                     f"(min cosine {worst:.5f})" + _nonfinite(art, "artifact"))
+                     f"(min cosine {worst:.5f})" + _nonfinite(art, "artifact")
+                     + _degenerate(art))
     if synthetic:
         parts.append("verified on SYNTHETIC data only (give --data or --calibration)")
     return "; ".join(parts) + "."
+
+
+def _degenerate(cmp: Comparison) -> str:
+    text = cmp.degenerate_text()
+    return f" [note: {text}]" if text else ""
 
 
 def _nonfinite(cmp: Comparison, who: str) -> str:
@@ -294,8 +301,8 @@ def _placement_md(r: dict[str, Any]) -> list[str]:
             if r.get(key)]
     if not rows:
         return []
-    out = ["", "## Placement on the target", "", "| model | ops on the accelerator | cut |",
-           "|---|---|---|"]
+    label = rows[0][1].get("label", "ops on the accelerator")
+    out = ["", "## Placement on the target", "", f"| model | {label} | cut |", "|---|---|---|"]
     for label, p in rows:
         cut = p.get("cut")
         cut_text = (f"at {cut.get('op')} ({cut.get('node', '')}): {cut.get('mapped_before')} "
@@ -313,14 +320,17 @@ def _placement_md(r: dict[str, Any]) -> list[str]:
 def _vela_md(v: dict[str, Any] | None) -> list[str]:
     if not v:
         return []
-    summary = v.get("summary", {})
-    t = summary.get("inference_time")
+    from rewriter.vela import count_note, summary_rows
+
+    rows = summary_rows(v.get("summary", {}))
     out = ["", f"## Vela ({v.get('config')})", "",
-           "| NPU operators | CPU operators | estimated inference time | NPU cycles | MACs | "
-           "SRAM used (KiB) |", "|---|---|---|---|---|---|",
+           "| NPU operators | CPU operators | " + " | ".join(label for label, _ in rows) + " |",
+           "|---|---|" + "---|" * len(rows),
            f"| {v.get('npu_ops')} | {v.get('cpu_ops')} | "
-           f"{f'{float(t) * 1e3:.3f} ms' if t else ''} | {summary.get('cycles_npu', '')} | "
-           f"{summary.get('nn_macs', '')} | {summary.get('sram_memory_used', '')} |"]
+           + " | ".join(value for _, value in rows) + " |"]
+    note = count_note(v, v.get("file_ops"))
+    if note:
+        out += ["", f"Note: {note}."]
     for c in v.get("cpu_reasons", []):
         out.append(f"- CPU: {c['op']} ({c.get('ofm')}): {'; '.join(c.get('reasons', []))}")
     for d in v.get("disagreements_with_table", []):

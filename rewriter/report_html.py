@@ -401,7 +401,9 @@ def _op_tables(report: Mapping[str, Any]) -> str:
         return ""
     head = "<h2>Op table verdict" + (f" ({_e(report['target'])})" if report.get("target")
                                      else "") + "</h2>"
-    plot = svg_bars("placement", "ops on the accelerator", bars) if bars else ""
+    label = next((report[k].get("label") for k in ("placement_before", "placement_after")
+                  if report.get(k)), None) or "ops on the accelerator"
+    plot = svg_bars("placement", label, bars) if bars else ""
     return head + plot + "".join(out)
 
 
@@ -430,9 +432,14 @@ def _vela(report: Mapping[str, Any]) -> str:
     out = [f"<h2>Vela ({_e(v.get('config', ''))})</h2>",
            svg_bars("vela", "operators placed by Vela",
                     [("on the NPU", npu, total, f"{npu}"), ("on the CPU", cpu, total, f"{cpu}")])]
-    summary = v.get("summary") or {}
-    if summary:
-        out.append(_table(["metric", "value"], [[k, val] for k, val in summary.items()]))
+    from rewriter.vela import count_note, summary_rows
+
+    rows = summary_rows(v.get("summary") or {})
+    if rows:
+        out.append(_table(["metric", "value"], [list(r) for r in rows]))
+    note = count_note(v, v.get("file_ops"))
+    if note:
+        out.append(f"<p class=note>{_e(note)}.</p>")
     reasons = v.get("cpu_reasons") or []
     if reasons:
         out.append(_table(["CPU op", "tensor", "why"],

@@ -230,7 +230,8 @@ class ArtifactVerdict:
     def vela_json(self) -> dict[str, Any] | None:
         if self.vela is None:
             return None
-        out = self.vela.to_json() | {"disagreements_with_table": self.disagreements}
+        out = self.vela.to_json() | {"disagreements_with_table": self.disagreements,
+                                     "file_ops": self.check.placement()["ops_total"]}
         if self.vela.output_tflite:
             out["output_tflite"] = self.vela.output_tflite
         return out

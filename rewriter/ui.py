@@ -1,17 +1,30 @@
 """Terminal output for the CLI: quiet/JSON modes and a progress display on long steps.
 
 Only the CLI prints; library code returns results. Progress goes to stderr (rich spinner when
-stderr is a terminal, plain step lines otherwise) so stdout stays clean for ``--json``.
+stderr is a terminal, plain step lines otherwise, e.g. in CI logs) so stdout stays clean for
+``--json``. A reader that stops reading stdout (``rewrite targets --json | head``) ends the output
+quietly: the rest is dropped, with no BrokenPipeError traceback.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
+import re
 import sys
 import time
 from collections.abc import Iterator
 from typing import Any
+
+#: A finished step's plain progress line on stderr ("exporting model.tflite (int8): 0.8s").
+_STEP_LINE = re.compile(r"^(?!error: |warning: ).+: \d+\.\ds$")
+
+
+def is_progress_line(line: str) -> bool:
+    """True for the plain progress lines :meth:`UI.step` writes when stderr is not a terminal
+    (so a reader of stderr can set them apart from ``error:`` and ``warning:`` lines)."""
+    return bool(_STEP_LINE.match(line))
 
 
 class UI:
@@ -19,6 +32,7 @@ class UI:
         self.quiet = quiet
         self.json_mode = json_mode
         self._console = None
+        self._stdout_closed = False
         if not quiet and sys.stderr.isatty():
             try:
                 from rich.console import Console
@@ -30,10 +44,23 @@ class UI:
     def out(self, text: str = "") -> None:
         """A line of human output on stdout (suppressed in JSON mode)."""
         if not self.json_mode:
-            print(text)
+            self._stdout(text)
 
     def json(self, obj: Any) -> None:
-        print(json.dumps(obj, indent=2, default=_json_default))
+        self._stdout(json.dumps(obj, indent=2, default=_json_default))
+
+    def _stdout(self, text: str) -> None:
+        """Write and flush a line; once the reader has gone, drop this and all later output."""
+        if self._stdout_closed:
+            return
+        try:
+            print(text, flush=True)
+        except BrokenPipeError:
+            self._stdout_closed = True
+            # Point fd 1 at /dev/null so the interpreter's final flush does not fail again.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
 
     def info(self, text: str) -> None:
         """A status line on stderr (suppressed with -q)."""
@@ -45,14 +72,20 @@ class UI:
 
     @contextlib.contextmanager
     def step(self, description: str) -> Iterator[None]:
-        """A spinner on a terminal while a long step runs, then its duration; silent otherwise."""
-        if self._console is None:  # -q, or stderr is not a terminal (pipelines, CI)
+        """A long step: a spinner on a terminal; otherwise (CI logs, pipes) one plain line with
+        its duration once it is done. A step that fails prints nothing: the ``error:`` line
+        says why. Nothing with -q."""
+        if self.quiet:
             yield
             return
         start = time.perf_counter()
-        with self._console.status(description):
-            yield
-        self._console.print(f"[dim]{description}: {time.perf_counter() - start:.1f}s[/dim]")
+        if self._console is not None:
+            with self._console.status(description):
+                yield
+            self._console.print(f"[dim]{description}: {time.perf_counter() - start:.1f}s[/dim]")
+            return
+        yield
+        print(f"{description}: {time.perf_counter() - start:.1f}s", file=sys.stderr, flush=True)
 
 
     @contextlib.contextmanager

@@ -68,12 +68,48 @@ class VelaResult:
         return counts
 
     def to_json(self) -> dict[str, Any]:
-        keys = ("inference_time", "cycles_npu", "cycles_total", "nn_macs", "sram_memory_used",
-                "off_chip_flash_memory_used")
+        keys = SUMMARY_METRICS
         return {"config": self.config, "npu_ops": self.npu_ops, "cpu_ops": self.cpu_ops,
                 "cpu_reasons": [c.to_json() for c in self.cpu_reasons],
                 "summary": {k: self.csv[k] for k in keys if k in self.csv},
                 "vela_seconds": round(self.time, 2)}
+
+
+#: Vela's summary CSV columns the reports show: label and unit (Vela writes SRAM/flash in KiB,
+#: the inference time in seconds, shown in ms).
+SUMMARY_METRICS = {
+    "inference_time": ("estimated inference time", "ms"),
+    "cycles_npu": ("NPU cycles", "cycles"),
+    "cycles_total": ("total cycles", "cycles"),
+    "nn_macs": ("multiply-accumulates", "MACs"),
+    "sram_memory_used": ("SRAM used", "KiB"),
+    "off_chip_flash_memory_used": ("off-chip flash used", "KiB"),
+}
+
+
+def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, value with its unit) for each known metric of a Vela summary."""
+    rows = []
+    for key, (label, unit) in SUMMARY_METRICS.items():
+        value = summary.get(key)
+        if value in (None, ""):
+            continue
+        number = float(value) * 1e3 if key == "inference_time" else float(value)
+        text = f"{number:.3f}" if unit == "ms" else f"{number:.2f}" if unit == "KiB" else (
+            f"{int(number)}")
+        rows.append((label, f"{text} {unit}"))
+    return rows
+
+
+def count_note(vela: dict[str, Any], file_ops: int | None) -> str | None:
+    """Why Vela's operator counts differ from the op table's count of the file's operators."""
+    vela_total = int(vela.get("npu_ops") or 0) + int(vela.get("cpu_ops") or 0)
+    if file_ops is None or vela_total == file_ops:
+        return None
+    npu, cpu = int(vela.get("npu_ops") or 0), int(vela.get("cpu_ops") or 0)
+    return (f"the file has {file_ops} operators: Vela leaves {cpu} of them to the CPU and "
+            f"compiles the other {file_ops - cpu} into its own graph, whose {npu} operators are "
+            "its NPU count (it splits some ops into several and fuses others)")
 
 
 def parse_stdout(text: str) -> tuple[int | None, int | None, list[CpuOp]]:

@@ -34,7 +34,9 @@ def _digest(path: Path) -> str:
 
 
 def _one_error(err: str, *needles: str) -> str:
-    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    from rewriter.ui import is_progress_line  # steps that finished print a line off a terminal
+
+    lines = [ln for ln in err.strip().splitlines() if ln.strip() and not is_progress_line(ln)]
     assert len(lines) == 1 and lines[0].startswith("error: "), err
     assert "Traceback" not in err
     for needle in needles:

@@ -125,8 +125,9 @@ def test_inputs_from_an_image_directory(cli, files, tmp_path):
 def test_bad_input_exits_2_with_one_line(cli, files, args, message):
     code, _, err = cli("verify", files["keras"], files["float"], *args)
     assert code == 2
-    assert err.startswith("error:") and message in err
-    assert "Traceback" not in err
+    *progress, last = err.splitlines()  # lines of the steps that finished, then the error
+    assert last.startswith("error:") and message in last
+    assert not any(line.startswith("error") for line in progress) and "Traceback" not in err
 
 
 def test_npy_of_the_wrong_shape_is_refused(cli, files, tmp_path):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from rewriter.errors import UserError
-from rewriter.frontends import LoadOptions, load_model
+from rewriter.frontends import LoadOptions, detect_format, load_model
 from rewriter.model import Model
 
 
@@ -48,6 +49,22 @@ def pixel_map(args: argparse.Namespace) -> object | None:
 
     return pixel_map_from_args(getattr(args, "pixel_range", None),
                                getattr(args, "pixel_norm", None))
+
+
+def validate_model_path(path: str, artifact_ok: bool = False) -> None:
+    """Refuse a model path that cannot be loaded, before TensorFlow is imported (a typo is
+    reported at once); ``artifact_ok`` accepts a ``.tflite``/``.onnx`` file too."""
+    if artifact_ok and Path(path).suffix in (".tflite", ".onnx"):
+        if not Path(path).is_file():
+            raise UserError(f"{path}: no such file")
+        return
+    detect_format(path)
+
+
+def validate_data_path(path: str | None, option: str) -> None:
+    """Refuse a data file or directory (``--calibration``, ``--data``) that does not exist."""
+    if path is not None and not Path(path).exists():
+        raise UserError(f"{option} {path}: no such file or directory")
 
 
 def load_options(args: argparse.Namespace) -> LoadOptions:

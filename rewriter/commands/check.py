@@ -76,6 +76,15 @@ def _fix_for(op: str, prefer: str | None = None,
     return rule_for_op(op)
 
 
+def validate(args: argparse.Namespace) -> None:
+    """Target name and model path, checked before TensorFlow is imported."""
+    from rewriter.commands._common import validate_model_path
+    from rewriter.targets import load_target
+
+    load_target(args.target, args.opset)
+    validate_model_path(args.model, artifact_ok=True)
+
+
 def run(args: argparse.Namespace, ui: Any) -> int:
     from rewriter.targets import load_target
 
@@ -232,7 +241,7 @@ def _add_verdict(result: dict[str, Any], verdict: Any, planned: dict[str, str] |
                  by_target_op: dict[str, str] | None = None) -> None:
     if verdict.vela is not None:
         result["vela_disagreements"] = verdict.disagreements
-        result["vela"] = verdict.vela.to_json()
+        result["vela"] = verdict.vela_json()
     result["artifact"] = _level_json(verdict.check, planned, by_target_op)
 
 
@@ -315,6 +324,11 @@ def _print(result: dict[str, Any], ui: Any) -> None:
         ui.out(f"\nVela ({v['config']}): NPU operators = {v['npu_ops']}, CPU operators = "
                f"{v['cpu_ops']}" + (f", estimated inference time {float(t) * 1e3:.2f} ms"
                                      if t else ""))
+        from rewriter.vela import count_note
+
+        note = count_note(v, v.get("file_ops"))
+        if note:
+            ui.out(f"  note: {note}")
         for d in result["vela_disagreements"]:
             ui.out(f"  table and Vela disagree on {d['op']} ({d['node']}): table "
                    f"{d['table']}, Vela {d['vela']} {'; '.join(d['vela_reasons'])}")
@@ -353,8 +367,8 @@ def _print_level(level: str, data: dict[str, Any], ui: Any) -> None:
     for row in rows:
         ui.out("  " + "  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True))
                + ("  " + row[4] if row[4] else ""))
-    ui.out(f"  {data['ops_on_accelerator']} of {data['ops_total']} ops on the accelerator "
-           f"({data['percent_on_accelerator']}%)")
+    ui.out(f"  {data['ops_on_accelerator']} of {data['ops_total']} "
+           f"{data.get('label', 'ops on the accelerator')} ({data['percent_on_accelerator']}%)")
     cut = data.get("cut")
     if cut:
         ui.out(f"  cut at the first unsupported op {cut['op']} ({cut['node']}): "

@@ -1,6 +1,8 @@
 """``rewrite inspect``: what a model or checkpoint holds.
 
-For a model: format, signature (names, shapes, dtypes), op histogram of the frozen graph and the
+For an exported ``.tflite``/``.onnx`` (what the tool writes): inputs and outputs (names, shapes,
+dtypes, int8 quantisation), the op histogram in the file, the ONNX opset, and the float islands
+the int8 converter left (DEQUANTIZE -> op -> QUANTIZE). For a model: format, signature (names, shapes, dtypes), op histogram of the frozen graph and the
 notes its front end made. For a checkpoint (TF1/TF2 prefix, Keras weights): variable names,
 dtypes and shapes, as ``inspect_checkpoint`` prints them; ``--against MODEL`` diffs the
 checkpoint against a model's variables (what would restore, what is new, unused, mismatched).
@@ -27,7 +29,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def validate(args: argparse.Namespace) -> None:
+    """The model path, checked before TensorFlow is imported."""
+    from rewriter.commands._common import validate_model_path
+
+    validate_model_path(args.model, artifact_ok=True)
+    if args.against:
+        validate_model_path(args.against)
+
+
 def run(args: argparse.Namespace, ui: Any) -> int:
+    if Path(args.model).suffix in (".tflite", ".onnx") and not args.against:
+        return _inspect_artifact(args.model, ui)
     surgery = _surgery()
     if args.against:
         if surgery is None:
@@ -69,6 +82,36 @@ def run(args: argparse.Namespace, ui: Any) -> int:
             ui.out(f"  {v['name']:<40} {v['shape']}")
     for note in info["notes"]:
         ui.out(f"note: {note}")
+    return 0
+
+
+def _inspect_artifact(path: str, ui: Any) -> int:
+    """An exported file: what is in it, read without running it."""
+    from rewriter.artifact import read_artifact
+
+    art = read_artifact(path)
+    info: dict[str, Any] = {
+        "path": path, "format": art.kind, "opset": art.opset,
+        "signature": {"inputs": art.inputs, "outputs": art.outputs},
+        "ops": art.histogram(), "operators": len(art.ops),
+        "notes": [{"op": f.op, "node": f.node, "note": f.note} for f in art.ops if f.note],
+    }
+    if ui.json_mode:
+        ui.json(info)
+        return 0
+    opset = f", opset {art.opset}" if art.opset else ""
+    ui.out(f"{path}  ({art.kind}{opset}, {len(art.ops)} operators)")
+    for title in ("inputs", "outputs"):
+        ui.out(f"{title}:")
+        for spec in info["signature"][title]:
+            q = spec.get("quantization")
+            qtext = f"  scale {q['scale']:.6g}, zero point {q['zero_point']}" if q else ""
+            ui.out(f"  {spec['name']:<24} {spec['dtype'] or '?':<8} {list(spec['shape'])}{qtext}")
+    ui.out("ops:")
+    for op, count in info["ops"].items():
+        ui.out(f"  {op:<28} {count:>5}")
+    for n in info["notes"]:
+        ui.out(f"note: {n['op']} ({n['node']}): {n['note']}")
     return 0
 
 

@@ -88,6 +88,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="seed of the fine-tuning's shuffling (default 0)")
 
 
+def validate(args: argparse.Namespace) -> None:
+    """Target name and paths, checked before TensorFlow is imported."""
+    from rewriter.commands._common import validate_data_path, validate_model_path
+    from rewriter.targets import load_target
+
+    load_target(args.target, args.opset)
+    validate_model_path(args.model)
+    validate_data_path(args.calibration, "--calibration")
+    validate_data_path(args.verify_inputs, "--data")
+
+
 def run(args: argparse.Namespace, ui: Any) -> int:
     from rewriter import isolate
     from rewriter.export.validate import check_weights

@@ -80,14 +80,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="allow Keras Lambda layers (runs code stored in the model file)")
 
 
-def run(args: argparse.Namespace, ui: Any) -> int:
-    from rewriter.verify.metrics import compare
+def validate(args: argparse.Namespace) -> None:
+    """Both model paths and the data path, checked before TensorFlow is imported."""
+    from rewriter.commands._common import validate_data_path, validate_model_path
 
+    validate_model_path(args.reference, artifact_ok=True)
+    validate_model_path(args.candidate, artifact_ok=True)
+    validate_data_path(args.data, "--inputs")
     if args.samples is not None and args.samples < 1:
         raise UserError("--samples must be at least 1")
     if args.html and (not args.html.lower().endswith((".html", ".htm"))
                       or Path(args.html).is_dir()):
         raise UserError(f"--html {args.html!r}: give a file name ending in .html")
+    for items, flag in ((args.atol, "--atol"), (args.rtol, "--rtol"),
+                        (args.min_cosine, "--min-cosine")):
+        _tolerances(items, flag, None)
+
+
+def run(args: argparse.Namespace, ui: Any) -> int:
+    from rewriter.verify.metrics import compare
+
     with ui.step(f"loading {args.reference} and {args.candidate}"):
         ref, cand = _load(args.reference, args), _load(args.candidate, args)
     in_how = _check_inputs(ref, cand)
@@ -259,8 +271,10 @@ def _run_both(ref: Any, cand: Any, samples: list[dict]) -> tuple[dict, dict, str
     return run_samples(ref, samples), run_samples(cand, samples, ref.outputs), how
 
 
-def _tolerances(items: list[str], flag: str, names: list[str]) -> dict[str, float] | None:
-    """``[NAME:]X`` values as {name or "*": X}; None when none were given."""
+def _tolerances(items: list[str], flag: str,
+                names: list[str] | None) -> dict[str, float] | None:
+    """``[NAME:]X`` values as {name or "*": X}; None when none were given. Output names are
+    checked against ``names`` unless it is None (syntax only, before the models are loaded)."""
     if not items:
         return None
     tol: dict[str, float] = {}
@@ -272,7 +286,7 @@ def _tolerances(items: list[str], flag: str, names: list[str]) -> dict[str, floa
             raise UserError(f"{flag} {item!r} is not [NAME:]NUMBER") from None
         if x < 0 or math.isnan(x):
             raise UserError(f"{flag} {item!r} must be a non-negative number")
-        if sep and name not in names:
+        if sep and names is not None and name not in names:
             raise UserError(f"{flag} names unknown output {name!r}; outputs: {', '.join(names)}")
         tol[name if sep else "*"] = x
     return tol
@@ -337,6 +351,8 @@ def _print(ui: Any, ref: Any, cand: Any, source: dict[str, Any], result: Any,
         ui.out("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     for o in result.failing():
         ui.out(_why(o))
+    if result.degenerate_text():
+        ui.out(f"note       {result.degenerate_text()}")
     div = report.get("divergence")
     if div is not None:
         ui.out(f"inside     {div['summary']}")

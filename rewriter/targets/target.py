@@ -49,6 +49,7 @@ class Target:
         self.configs: list[str] = list(data.get("configs", []))
         self.vela_config: str | None = name if self.configs else None
         self.unsupported_note: str | None = data.get("unsupported_note")
+        self.ops_label: str = data.get("ops_label", "ops the target supports")
         self.ops_from: str | None = data.get("ops_from")
         self.opset: int | None = None
         if self.artifact == "onnx":
@@ -210,7 +211,7 @@ class Target:
                 verdicts.append(self.judge(f))
         cut = self._apply_cut(verdicts) if self.partitioning == "cut-at-first" else None
         ok = all(v.supported for v in verdicts)
-        return GraphCheck(self.name, level, verdicts, ok, cut)
+        return GraphCheck(self.name, level, verdicts, ok, cut, ops_label=self.ops_label)
 
     def _apply_cut(self, verdicts: list[OpVerdict]) -> dict[str, Any] | None:
         """Edge TPU: the first unsupported op and everything after it run on the CPU."""

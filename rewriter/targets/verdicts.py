@@ -54,6 +54,8 @@ class GraphCheck:
     ok: bool
     cut: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    #: What the placement count counts, in the target's words ("ops on the Edge TPU").
+    ops_label: str = "ops the target supports"
 
     def counted(self) -> list[OpVerdict]:
         """Verdicts on real ops (folded-away nodes excluded)."""
@@ -112,12 +114,13 @@ class GraphCheck:
         return out
 
     def placement(self) -> dict[str, Any]:
-        """Ops on the accelerator out of all (folded-away nodes not counted), the cut, and the
-        ops the table says might not be mapped (``might_not_map``: op, count, warning)."""
+        """Ops the target runs out of all (folded-away nodes not counted; ``ops_on_accelerator``
+        is the key other tools read, ``label`` says what it counts for this target), the cut, and
+        the ops the table says might not be mapped (``might_not_map``: op, count, warning)."""
         mapped, total = self.on_accelerator()
         return {"ops_total": total, "ops_on_accelerator": mapped,
                 "percent_on_accelerator": round(100.0 * mapped / total, 1) if total else 100.0,
-                "cut": self.cut,
+                "label": self.ops_label, "cut": self.cut,
                 "might_not_map": [{k: v for k, v in w.items() if k != "nodes"}
                                   for w in self.warnings_summary()]}
 

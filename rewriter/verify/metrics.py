@@ -17,6 +17,9 @@ A NaN or Inf is a mismatch even where both arrays hold it (a model that outputs 
 proves nothing about it): the statistics are over the elements finite in both, and
 ``ref_nan``/``ref_inf``/``test_nan``/``test_inf`` count the others (:meth:`OutputMetrics.
 nonfinite_text` names them); with no finite element the cosine is NaN.
+An output whose reference is nearly zero everywhere (max |r| < :data:`DEGENERATE_SCALE`, e.g. an
+untrained model's) gets a note (:meth:`Comparison.degenerate_text`): its cosine and relative
+errors measure noise, so a failure there says more about the model or the data than the rewrite.
 ``needed_atol`` is the smallest atol that would pass at the given rtol, ``needed_rtol`` the
 smallest rtol that would pass at the given atol (inf when an element with r = 0 is off by more
 than atol).
@@ -38,6 +41,9 @@ import numpy as np
 from rewriter.verify.tolerance import EXACT_RTOL, Tolerance
 
 EPS = 1e-6
+#: Below this max |reference| an output is degenerate: cosine and relative errors measure noise
+#: (an int8 output cannot even represent it: its scale is set by the calibration range).
+DEGENERATE_SCALE = 1e-6
 DEFAULT_RTOL = EXACT_RTOL
 DEFAULT_ATOL_SCALE = EXACT_RTOL
 
@@ -106,6 +112,16 @@ class Comparison:
     def nonfinite_text(self, ref: str = "reference", test: str = "candidate") -> str:
         """Every output's NaN/Inf counts, ``; ``-joined ("" when all values are finite)."""
         return "; ".join(t for o in self.outputs if (t := o.nonfinite_text(ref, test)))
+
+    def degenerate_text(self) -> str:
+        """A hint naming the outputs whose reference is nearly zero ("" when none is)."""
+        names = [f"{o.name} (max |ref| {o.ref_max_abs:.2g})" for o in self.outputs
+                 if o.size and not o.note.startswith("shape") and o.ref_max_abs < DEGENERATE_SCALE]
+        if not names:
+            return ""
+        return (f"the reference output is nearly zero everywhere: {', '.join(names)}; cosine "
+                "and relative errors measure noise there (an untrained model? data it does not "
+                "expect?)")
 
     def failing(self) -> list[OutputMetrics]:
         return [o for o in self.outputs if not o.ok]
