@@ -34,6 +34,20 @@ def calibration() -> np.ndarray:
     return np.load(MODELS / "calibration.npy")
 
 
+@pytest.fixture(scope="session")
+def gelu_keras(tmp_path_factory) -> Path:
+    """A small Keras 3 model with two GELUs (Erfc form in the frozen graph), saved as .keras."""
+    import keras
+
+    inp = keras.Input((8, 8, 3), batch_size=1, name="image")
+    x = keras.layers.Conv2D(4, 3, padding="same")(inp)
+    x = keras.layers.Activation("gelu")(x)
+    out = keras.layers.Dense(6, activation=keras.activations.gelu, name="logits")(x)
+    path = tmp_path_factory.mktemp("gelu") / "gelu.keras"
+    keras.Model(inp, out).save(path)
+    return path
+
+
 @pytest.fixture
 def cli(capsys):
     """Run ``rewrite ARGS`` in-process; returns (exit code, stdout, stderr)."""
