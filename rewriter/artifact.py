@@ -106,10 +106,12 @@ def _mark_float_islands(sg: Any, ops: list[OpFacts]) -> None:
         if names:
             f.related_op = names[0]
             f.note = f"float island around {names[0]}"
+            f.float_island = True
             for j in near:
-                if ops[j].op == names[0] and ops[j].dtype == "float32" and ops[j].note is None:
-                    ops[j].note = ("the int8 converter left it in float32, between DEQUANTIZE "
-                                   "and QUANTIZE")
+                if ops[j].op == names[0] and ops[j].dtype == "float32":
+                    ops[j].float_island = True
+                    ops[j].note = ops[j].note or ("the int8 converter left it in float32, "
+                                                  "between DEQUANTIZE and QUANTIZE")
 
 
 def _tensor_json(t: Any, types: dict[int, str]) -> dict[str, Any]:

@@ -57,5 +57,6 @@ class OpFacts:
     options: dict[str, Any] = field(default_factory=dict)  # weights_format, masks, ...
     custom: bool = False
     boundary: bool = False  # QUANTIZE of a graph input / DEQUANTIZE of a graph output
+    float_island: bool = False  # left in float in an int8 file: DEQUANTIZE -> op -> QUANTIZE
     note: str | None = None
     related_op: str | None = None  # the float op a mid-graph (DE)QUANTIZE exists for

@@ -164,7 +164,8 @@ def _attempt(ctx: _Context, exclude: frozenset[str] = frozenset()) -> Attempt:
         warnings.extend(deployment.exported.result.warnings)
         with steps("verify_artifact", "running the artifact"):
             artifact = run_artifact(deployment.exported.path, artifact_runtime(target),
-                                    ctx.quantize, ctx.model, ctx.data.samples, ctx.reference)
+                                    ctx.quantize, ctx.model, ctx.data.samples, ctx.reference,
+                                    result.applied)
         diagnostics.histograms["artifact"] = error_histograms(ctx.reference, artifact.outputs)
     layers = None
     if artifact is not None and ctx.quantize == "int8" and target.artifact == "tflite":

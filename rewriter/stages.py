@@ -301,9 +301,10 @@ def run_samples(runner: Any, samples: Sequence[Mapping[str, np.ndarray]],
 
 
 def artifact_runtime(target: Target) -> str:
-    """The runtime the target's artifact is run in: LiteRT's builtin kernels for ``.tflite``,
-    ONNX Runtime (CPU) for ``.onnx``."""
-    return "onnxruntime" if target.artifact == "onnx" else "litert"
+    """The runtime the target's artifact is run in: ONNX Runtime (CPU) for ``.onnx``; for
+    ``.tflite`` the table's ``runtime`` (TFLite Micro's interpreter for ``tflm``, else LiteRT's
+    builtin kernels)."""
+    return "onnxruntime" if target.artifact == "onnx" else target.runtime
 
 
 @dataclass
@@ -324,9 +325,10 @@ class ArtifactRun:
 
 def run_artifact(path: str | Path, runtime: str, quantize: str, model: Model,
                  samples: Sequence[Feeds], reference: Mapping[str, np.ndarray],
+                 applied: Sequence[Any] = (),
                  policy: TolerancePolicy = DEFAULT_POLICY) -> ArtifactRun:
     """Run the file in ``runtime`` and compare with ``reference`` at the policy's artifact
-    tolerance for ``quantize``."""
+    tolerance for ``quantize`` and the rule applications ``applied`` the file carries."""
     from rewriter.verify.factory import artifact_runner
 
     try:
@@ -334,5 +336,5 @@ def run_artifact(path: str | Path, runtime: str, quantize: str, model: Model,
         outs = run_samples(runner, samples, [o.name for o in model.outputs])
     except UserError as exc:
         raise UserError(f"the exported artifact does not run: {exc}") from None
-    tolerance = policy.for_artifact(quantize, reference)
+    tolerance = policy.for_artifact(quantize, reference, applied)
     return ArtifactRun(runtime, outs, compare_within(reference, outs, tolerance, len(samples)))

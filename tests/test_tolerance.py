@@ -62,3 +62,14 @@ def test_compare_within_applies_the_tolerance_and_states_it():
     ok = compare_within(ref, {"y": ref["y"] + 1e-4}, tol)
     bad = compare_within(ref, {"y": ref["y"] + 1e-3}, tol)
     assert ok.ok and not bad.ok and bad.notes == [tol.note]
+
+
+def test_a_float_artifact_carries_the_approximate_rules_bounds():
+    applied = [{"exact": False, "bound": {"max_abs_error": 5e-4}},
+               {"exact": False, "bound": {"max_abs_error": 5e-4}}, {"exact": True}]
+    tol = DEFAULT_POLICY.for_artifact("none", REF, applied)
+    assert tol.atol["y"] == pytest.approx(1e-4 * 3.0 + 1e-3 * 3.0)
+    assert tol.min_cosine == DEFAULT_POLICY.approx_min_cosine and "bounds (0.001)" in tol.note
+    exact_only = DEFAULT_POLICY.for_artifact("none", REF, [{"exact": True}])
+    assert exact_only.atol["y"] == pytest.approx(3e-4) and exact_only.min_cosine is None
+    assert DEFAULT_POLICY.for_artifact("int8", REF, applied).atol == math.inf  # cosine decides

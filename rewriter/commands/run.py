@@ -93,7 +93,13 @@ def validate(args: argparse.Namespace) -> None:
     from rewriter.commands._common import validate_data_path, validate_model_path
     from rewriter.targets import load_target
 
-    load_target(args.target, args.opset)
+    target = load_target(args.target, args.opset)
+    if target.runtime == "tflm":
+        from rewriter.verify.tflm import MISSING, tflm_available
+
+        if not tflm_available():
+            raise UserError(f"the {target.name} target proves the artifact in TFLite Micro: "
+                            f"{MISSING}")
     validate_model_path(args.model)
     validate_data_path(args.calibration, "--calibration")
     validate_data_path(args.verify_inputs, "--data")

@@ -259,6 +259,13 @@ def _check_slice_strides_one(f: OpFacts, _: bool) -> str | None:
     return str(list(st)) if st is not None and any(s != 1 for s in st) else None
 
 
+def _check_no_float_island(f: OpFacts, _: bool) -> str | None:
+    if not f.float_island:
+        return None
+    return (f"float island around {f.related_op}" if f.related_op
+            else f"{f.dtype or 'float32'} between DEQUANTIZE and QUANTIZE")
+
+
 def _check_version_max(f: OpFacts, limit: int) -> str | None:
     return f"version {f.version}" if f.version is not None and f.version > limit else None
 
@@ -312,6 +319,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          _check_reduced_axis_max, _INT),
     Kind("slice_strides_one", "Slice strides must all be 1", _check_slice_strides_one, _BOOL),
     Kind("version_max", "Op version must be at most {max}", _check_version_max, _INT),
+    Kind("no_float_island", "Must not run in float inside an int8 model",
+         _check_no_float_island, _BOOL),
 )}
 
 

@@ -98,7 +98,7 @@ def graph_facts(model: Model, target: LoweringTarget, quantize: str) -> list[OpF
         for t in lowered:
             f = OpFacts(**{**base.__dict__, "op": t})
             f.dtype = f.out_dtype = tf_level_dtype(t, base.dtype, quantize, target.artifact)
-            f.note = float_note(t, quantize, target.artifact)
+            mark_float_island(f, quantize, target.artifact)
             out.append(f)
     return out
 
@@ -483,6 +483,13 @@ def tf_level_dtype(target_op: str, tf_dtype: str | None, quantize: str, artifact
     if artifact == "onnx" or quantize != "int8" or tf_dtype != "float32":
         return tf_dtype
     return "float32" if target_op in _float_ops_in_int8() else "int8"
+
+
+def mark_float_island(facts: OpFacts, quantize: str, artifact: str) -> OpFacts:
+    """Note (and flag) a target op the converter will leave in float32 in a full-int8 file."""
+    facts.note = float_note(facts.op, quantize, artifact)
+    facts.float_island = facts.note is not None
+    return facts
 
 
 def float_note(target_op: str, quantize: str, artifact: str) -> str | None:

@@ -30,11 +30,12 @@ TABLE_DIR = op_tables_dir()
 
 _TOP_KEYS = {"name", "title", "sources", "version", "artifact", "default_quantize",
              "partitioning", "configs", "unsupported_note", "generic", "ops", "unsupported",
-             "ops_from", "default_opset", "ops_label"}
+             "ops_from", "default_opset", "ops_label", "runtime"}
 _REQUIRED = ("name", "title", "sources", "version", "artifact", "default_quantize",
              "partitioning")
 _ENUMS = {"artifact": ("tflite", "onnx"), "default_quantize": QUANTIZE_MODES,
-          "partitioning": ("cut-at-first", "per-op"), "ops_from": ("tflite-schema", "onnx-defs")}
+          "partitioning": ("cut-at-first", "per-op"), "ops_from": ("tflite-schema", "onnx-defs"),
+          "runtime": ("litert", "tflm")}
 
 
 #: Keys of an op entry that are not constraints: a note, the documented limitation word for

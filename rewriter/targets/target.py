@@ -14,7 +14,7 @@ from rewriter.defaults import DEFAULT_OPSET, QUANTIZE_MODES
 from rewriter.errors import UserError
 from rewriter.opfacts import OpFacts
 from rewriter.targets.constraints import Constraint
-from rewriter.targets.predict import float_note, graph_facts, tf_level_dtype
+from rewriter.targets.predict import graph_facts, mark_float_island, tf_level_dtype
 from rewriter.targets.tables import (
     OpEntry,
     lowering,
@@ -50,6 +50,8 @@ class Target:
         self.vela_config: str | None = name if self.configs else None
         self.unsupported_note: str | None = data.get("unsupported_note")
         self.ops_label: str = data.get("ops_label", "ops the target supports")
+        #: The interpreter the exported .tflite is run in to prove it (ONNX: ONNX Runtime).
+        self.runtime: str = data.get("runtime", "litert")
         self.ops_from: str | None = data.get("ops_from")
         self.opset: int | None = None
         if self.artifact == "onnx":
@@ -160,7 +162,7 @@ class Target:
         for t in target_ops:
             facts = OpFacts(op, t, source_op=op, dtype=tf_level_dtype(t, "float32", quantize,
                                                                            self.artifact))
-            facts.note = float_note(t, quantize, self.artifact)
+            mark_float_island(facts, quantize, self.artifact)
             v = self.judge(facts)
             if not v.supported:
                 return OpStatus(op, False, target_ops, v.reason)
@@ -171,7 +173,7 @@ class Target:
         dtype constraint met after conversion with ``quantize`` (no shapes considered)."""
         quantize = self.resolve_quantize(quantize)
         facts = OpFacts(op, op, dtype=tf_level_dtype(op, "float32", quantize, self.artifact))
-        facts.note = float_note(op, quantize, self.artifact)
+        mark_float_island(facts, quantize, self.artifact)
         v = self.judge(facts)
         return OpStatus(op, v.supported, [op], v.reason)
 

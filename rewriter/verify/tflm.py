@@ -31,6 +31,11 @@ MIN_ARENA = 4 << 20
 _MISSING_OP_RE = re.compile(r"Didn't find op for builtin opcode '(\w+)'")
 
 
+#: Why a TFLite Micro run cannot happen, and what to do.
+MISSING = ("TFLite Micro's interpreter is not installed: pip install 'rewriter[tflm]' "
+           "(the tflite-micro build this tool is tested with)")
+
+
 def tflm_available() -> bool:
     """True when the ``tflite_micro`` package is importable (checked without importing it)."""
     import importlib.util
@@ -45,7 +50,7 @@ class TflmRunner(Runner):
 
     def __init__(self, path: str | os.PathLike) -> None:
         if not tflm_available():
-            raise RunnerError("TFLite Micro is not installed (pip install --pre tflite-micro)")
+            raise RunnerError(MISSING)
         lite = LiteRTRunner(path)  # names and quantisation: TFLM exposes no names
         self.io = lite.io
         super().__init__(os.fspath(path), lite.inputs, lite.outputs)

@@ -11,7 +11,8 @@ sum of the stated max abs errors of the approximate rule applications that can r
   outputs must also keep cosine >= :data:`APPROX_MIN_COSINE` (an op-level bound grows through
   the layers after it, so the element bound alone would not be honest);
 * float artifact vs original: :data:`ARTIFACT_RTOL` (1e-4 float32, 1e-2 float16) relative to the
-  output's scale;
+  output's scale, plus ``B * max(1, s)`` and cosine >= :data:`APPROX_MIN_COSINE` when approximate
+  rules were applied (the file computes the rewritten graph, so it carries their error too);
 * int8 artifact vs the float original: cosine >= :data:`INT8_MIN_COSINE` (quantisation error is
   not a bug), also ``rewrite verify``'s default when either model is quantised.
 """
@@ -74,6 +75,12 @@ def bound_of(application: Any) -> float | None:
     return float(value) if value is not None else math.inf
 
 
+def approximation_budget(applied: Sequence[Any]) -> tuple[list[float], float]:
+    """The bounds of the approximate applications among ``applied``, and their sum ``B``."""
+    approx = [b for b in (bound_of(a) for a in applied) if b is not None]
+    return approx, float(sum(approx))
+
+
 @dataclass(frozen=True)
 class TolerancePolicy:
     """The thresholds, as one object the job, ``verify`` and the per-rule checks share."""
@@ -90,8 +97,7 @@ class TolerancePolicy:
     def for_rewrite(self, applied: Sequence[Any],
                     reference: Mapping[str, np.ndarray]) -> Tolerance:
         """Rewritten graph vs original, after the rule applications ``applied``."""
-        approx = [b for b in (bound_of(a) for a in applied) if b is not None]
-        budget = float(sum(approx))
+        approx, budget = approximation_budget(applied)
         atol = {k: self.tensor_atol(s, budget) for k, s in output_scale(reference).items()}
         if not approx:
             return Tolerance(atol, self.exact_rtol, None,
@@ -103,16 +109,26 @@ class TolerancePolicy:
                          f"({budget:.3g}) x max(1, max|ref|), cosine >= "
                          f"{self.approx_min_cosine}")
 
-    def for_artifact(self, quantize: str, reference: Mapping[str, np.ndarray]) -> Tolerance:
-        """Exported file vs the original float model, by quantisation mode."""
+    def for_artifact(self, quantize: str, reference: Mapping[str, np.ndarray],
+                     applied: Sequence[Any] = ()) -> Tolerance:
+        """Exported file vs the original float model, by quantisation mode; ``applied`` are
+        the rule applications the exported graph carries (their bounds add to a float file's
+        tolerance, as they do to the rewritten graph's)."""
         if quantize == "int8":
             return Tolerance(math.inf, 0.0, self.int8_min_cosine,
                              f"int8 artifact vs float original: pass is cosine >= "
                              f"{self.int8_min_cosine}")
         rtol = ARTIFACT_RTOL[quantize]
-        atol = {k: rtol * s for k, s in output_scale(reference).items()}
-        return Tolerance(atol, rtol, None, f"{quantize} artifact vs original: tolerance "
-                                           f"{rtol:g} relative to the output's scale")
+        approx, budget = approximation_budget(applied)
+        atol = {k: rtol * s + budget * max(1.0, s)
+                for k, s in output_scale(reference).items()}
+        note = f"{quantize} artifact vs original: tolerance {rtol:g} relative to the output's scale"
+        if not approx:
+            return Tolerance(atol, rtol, None, note)
+        return Tolerance(atol, rtol, self.approx_min_cosine,
+                         f"{note} + the sum of the {len(approx)} approximate application(s)' "
+                         f"bounds ({budget:.3g}) x max(1, max|ref|), cosine >= "
+                         f"{self.approx_min_cosine}")
 
     def for_quantized(self) -> Tolerance:
         """``rewrite verify`` when a model is quantised and no tolerance was given: the job's
