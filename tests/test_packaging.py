@@ -201,3 +201,21 @@ def test_tflite_micro_is_pinned_to_one_build():
     (req,) = [Requirement(r) for r in project["optional-dependencies"]["tflm"]]
     (spec,) = req.specifier
     assert spec.operator == "==", "a nightly range would pick a different build every day"
+
+
+@pytest.mark.parametrize("dist", ["tensorflow", "tf-keras"])
+def test_the_lowest_release_claimed_is_the_one_tested(dist):
+    """The dependency's lowest version allowed by pyproject.toml is the minor release these tests
+    run with: a claim of an older TensorFlow than the tests see fails here."""
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (req,) = [Requirement(r) for r in project["dependencies"] if _norm(Requirement(r).name) == dist]
+    lows = [Version(s.version) for s in req.specifier if s.operator in ("~=", ">=", "==")]
+    assert lows, f"{req}: no lowest version claimed"
+    lowest, tested = max(lows), Version(version(dist))
+    assert (tested.major, tested.minor) == (lowest.major, lowest.minor), (
+        f"pyproject.toml claims {req} but the tests run with {dist} {tested}")

@@ -70,3 +70,19 @@ def test_tflm_job_without_tflite_micro_says_what_to_install(cli, monkeypatch, tm
     assert code == 2
     assert err.startswith("error: the tflm target proves the artifact in TFLite Micro")
     assert "pip install 'rewriter[tflm]'" in err and not (tmp_path / "out").exists()
+
+
+def test_verify_tflm_without_tflite_micro_says_what_to_install(cli, monkeypatch, tmp_path):
+    import tensorflow as tf
+
+    import rewriter.verify.tflm as tflm
+
+    fn = tf.function(lambda x: tf.nn.relu(x), input_signature=[tf.TensorSpec([1, 4], tf.float32)])
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([fn.get_concrete_function()])
+    model = tmp_path / "relu.tflite"
+    model.write_bytes(converter.convert())
+    monkeypatch.setattr(tflm, "tflm_available", lambda: False)
+    code, _, err = cli("verify", model, model, "--tflm")
+    assert code == 2
+    assert err.startswith("error: ") and len(err.splitlines()) == 1
+    assert "TFLite Micro's interpreter is not installed: pip install 'rewriter[tflm]'" in err
