@@ -37,6 +37,9 @@ sys.path.insert(0, str(ROOT))
 ARCHS = ("MobileNet", "MobileNetV2", "MobileNetV3Small", "MobileNetV3Large", "EfficientNetB0",
          "EfficientNetV2B0", "ResNet50", "DenseNet121", "NASNetMobile", "InceptionV3",
          "Xception", "ConvNeXtTiny", "RegNetX002")
+#: Architectures Keras 3 no longer ships (keras.applications lost RegNet): built with tf_keras, as
+#: a Keras 2 user has them, and saved as .h5.
+TF_KERAS_ARCHS = ("RegNetX002",)
 FAMILIES = ("detector", "kws", "transformer")
 ALL = (*ARCHS, "fer_emotion", *FAMILIES)
 CAL, DATA = 16, 8
@@ -48,7 +51,9 @@ def build(name: str, size: int, workdir: Path) -> dict[str, Any]:
 
     case_dir = workdir / name
     case_dir.mkdir(parents=True, exist_ok=True)
-    if name in ARCHS:
+    if name in TF_KERAS_ARCHS:
+        info = _tf_keras_arch(name, size, case_dir)
+    elif name in ARCHS:
         case = rm.build_arch(name, size, True, workdir)  # writes workdir/<name>_<size>/
         src = Path(case.path).parent
         for f in src.iterdir():
@@ -66,6 +71,25 @@ def build(name: str, size: int, workdir: Path) -> dict[str, Any]:
     info.update(name=name, model=model, calibration="calibration.npy", data="data.npy")
     (case_dir / "case.json").write_text(json.dumps(info, indent=1))
     return info
+
+
+def _tf_keras_arch(name: str, size: int, case_dir: Path) -> dict[str, Any]:
+    """A tf_keras.applications architecture, weights=None, logits, SIZExSIZEx3 in [0, 255], with
+    seeded learned-looking BN statistics (tests/families.py's), saved as ``model.h5``."""
+    import tf_keras
+
+    from benchmarks import real_models as rm
+    from tests.families import _learned_looking_bn
+
+    tf_keras.utils.set_random_seed(0)
+    km = getattr(tf_keras.applications, name)(weights=None, input_shape=(size, size, 3),
+                                              classifier_activation=None)
+    _learned_looking_bn(km)
+    km.save(case_dir / "model.h5")
+    rm._write_data(case_dir, (size, size, 3), (0.0, 255.0))
+    return {"note": f"tf_keras.applications.{name}(weights=None, classifier_activation=None), "
+                    f"{size}x{size}x3 in [0, 255], seeded BN statistics, saved as .h5",
+            "params": int(km.count_params()), "size": size}
 
 
 def _family(name: str, size: int, case_dir: Path) -> dict[str, Any]:
