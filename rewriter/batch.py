@@ -13,14 +13,18 @@ Each job runs as its own ``rewrite run ... -o DIR/<model stem>-<target>`` proces
 (:mod:`rewriter.batch_exec`; TensorFlow is not fork-safe), so its directory is exactly what the
 main job writes, staged and swapped in whole. ``DIR/batch.json`` lists every job (``model``,
 ``target``, ``ok``, ``exit_code``, ``outdir``, ``seconds``, ``peak_rss_mb``, ...) and is rewritten
-after every finished job; ``DIR/batch.md`` is the same as a table. A job is *skipped* on a later
-run when its key (the content hash of every input file it names, its arguments and the rewriter
-version) equals the recorded one and the report it wrote is still there, unchanged.
+after every finished job; ``DIR/batch.md`` is the same as a table. Each finished job's record is
+also kept on its own in ``DIR/logs/<job>.json``, so a job finished under another manifest (a zoo
+grown one model at a time, a manifest split in two) is found again. A job is *skipped* on a later
+run when its key (the content hash of every input file it names, its arguments, the rewriter
+version and the content of the rewriter code and op tables that run it) equals the recorded one
+and the report it wrote is still there, unchanged.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -248,14 +252,30 @@ def _exists(path: Path) -> bool:
 
 # ----------------------------------------------------------------------------- keys
 def job_key(job: BatchJob) -> str:
-    """What decides a job's result: every input's content, its arguments, the version."""
+    """What decides a job's result: every input's content, its arguments, the code."""
     from rewriter import __version__
 
     h = hashlib.sha256()
-    h.update(json.dumps({"argv": job.argv, "version": __version__}).encode())
+    h.update(json.dumps({"argv": job.argv, "version": __version__,
+                         "code": code_fingerprint()}).encode())
     for path in job.inputs:
         h.update(str(path).encode())
         h.update(content_hash(path).encode())
+    return h.hexdigest()
+
+
+@functools.cache
+def code_fingerprint() -> str:
+    """SHA-256 over the rewriter code and op tables that run the jobs: a checkout edited since a
+    job ran (the version string unchanged) reruns it."""
+    from rewriter.resources import op_tables_dir
+
+    package = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for root, pattern in ((package, "*.py"), (op_tables_dir(), "*.toml")):
+        for p in sorted(root.rglob(pattern)):
+            h.update(str(p.relative_to(root)).encode() + b"\0")
+            h.update(p.read_bytes())
     return h.hexdigest()
 
 
@@ -286,14 +306,40 @@ def file_sha256(path: Path) -> str:
 
 # ----------------------------------------------------------------------------- records
 def previous_records(outdir: Path) -> dict[str, JobRecord]:
-    """The records of an earlier run in ``outdir`` by job name ({} when none can be read)."""
+    """The records of earlier runs in ``outdir`` by job name: ``batch.json``'s, then each job's
+    own ``logs/<job>.json`` (which outlives a run of another manifest); {} when none can be
+    read."""
+    records: dict[str, JobRecord] = {}
     try:
         data = json.loads((outdir / BATCH_JSON).read_text())
-        names = {f.name for f in JobRecord.__dataclass_fields__.values()}
-        return {r["name"]: JobRecord(**{k: v for k, v in r.items() if k in names})
-                for r in data.get("jobs", []) if r.get("name")}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return {}
+        for r in data.get("jobs", []):
+            rec = _record(r)
+            if rec is not None:
+                records[rec.name] = rec
+    except (OSError, ValueError, AttributeError):
+        pass
+    for path in sorted((outdir / LOGS).glob("*.json")):
+        try:
+            rec = _record(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+        if rec is not None and rec.name == path.stem:
+            records[rec.name] = rec
+    return records
+
+
+def _record(data: Any) -> JobRecord | None:
+    names = JobRecord.__dataclass_fields__
+    try:
+        rec = JobRecord(**{k: v for k, v in data.items() if k in names})
+    except (TypeError, AttributeError):
+        return None
+    return rec if rec.name else None
+
+
+def record_path(outdir: Path, name: str) -> Path:
+    """Where a finished job's own record is kept."""
+    return outdir / LOGS / f"{name}.json"
 
 
 def reusable(job: BatchJob, previous: JobRecord | None, outdir: Path) -> bool:
@@ -395,6 +441,12 @@ def run_batch(manifest: Manifest, outdir: Path, pool: Pool, threads: int | None 
                                             if k in JobRecord.__dataclass_fields__})
         result.records.append(rec)
         result.seconds = time.perf_counter() - start
+        if not rec.interrupted:
+            from rewriter.fsutil import atomic_write_text
+
+            path = record_path(outdir, job.name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, json.dumps(rec.to_json(), indent=1) + "\n")
         write_records(outdir, result, manifest, [by_name[n] for n in sorted(pending)])
         if on_done:
             on_done(rec, len(result.records), total)

@@ -245,6 +245,77 @@ def test_a_changed_or_missing_report_is_not_reused(batch_run, tmp_path):
     assert not reusable(Job, rec, copy)
 
 
+class _FakePool:
+    """Runs no TensorFlow: each job 'writes' a report; records which jobs ran."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+
+    def run(self, specs, on_done):
+        import hashlib
+
+        for spec in specs:
+            self.ran.append(spec["name"])
+            out = Path(spec["outdir"])
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir(parents=True)
+            data = json.dumps({"ok": True, "summary": spec["name"]}).encode()
+            (out / "report.json").write_bytes(data)
+            on_done(spec, {"exit_code": 0, "ok": True, "seconds": 1.5, "peak_rss_mb": 10.0,
+                           "summary": spec["name"],
+                           "report_sha256": hashlib.sha256(data).hexdigest()})
+
+
+def test_a_job_finished_under_another_manifest_is_skipped(tmp_path, monkeypatch):
+    """A zoo grown one model at a time: each run's manifest holds only some jobs, and batch.json
+    lists only those; a job finished by an earlier run (its record in logs/<job>.json) is still
+    skipped. A change of the rewriter code (same version string) reruns it."""
+    from rewriter import batch
+    from rewriter.batch import record_path, run_batch
+
+    _copy_models(tmp_path)
+    job_a = '[[job]]\nmodel = "models/convbn_elu.keras"\ntarget = "tflite"\n'
+    job_b = '[[job]]\nmodel = "models/convbn_elu.pb"\ntarget = "onnx"\n'
+    out = tmp_path / "out"
+
+    def run(text: str) -> list[str]:
+        pool = _FakePool()
+        run_batch(load_manifest(_manifest(tmp_path, text)), out.resolve(), pool)
+        return pool.ran
+
+    assert run(job_a) == ["convbn_elu-tflite"]
+    assert run(job_b) == ["convbn_elu-onnx"]
+    doc = json.loads((out / BATCH_JSON).read_text())
+    assert [j["name"] for j in doc["jobs"]] == ["convbn_elu-onnx"]  # this manifest's jobs only
+    assert record_path(out, "convbn_elu-tflite").is_file()
+    assert run(job_a + job_b) == []  # both finished earlier, under other manifests
+    doc = json.loads((out / BATCH_JSON).read_text())
+    assert [(j["name"], j["skipped"], j["seconds"]) for j in doc["jobs"]] == [
+        ("convbn_elu-tflite", True, 1.5), ("convbn_elu-onnx", True, 1.5)]
+    # the same files and options, other code: every job runs again
+    monkeypatch.setattr(batch, "code_fingerprint", lambda: "edited code")
+    assert run(job_a + job_b) == ["convbn_elu-tflite", "convbn_elu-onnx"]
+
+
+def test_the_code_fingerprint_covers_the_op_tables(tmp_path, monkeypatch):
+    """An edited op table changes what a job does, so it changes the key."""
+    from rewriter import resources
+    from rewriter.batch import code_fingerprint
+
+    tables = tmp_path / "op_tables"
+    shutil.copytree(resources.op_tables_dir(), tables)
+    monkeypatch.setattr(resources, "op_tables_dir", lambda: tables)
+    code_fingerprint.cache_clear()
+    try:
+        before = code_fingerprint()
+        assert before == code_fingerprint.__wrapped__()  # deterministic
+        edgetpu = tables / "edgetpu.toml"
+        edgetpu.write_text(edgetpu.read_text() + "\n# edited\n")
+        assert code_fingerprint.__wrapped__() != before
+    finally:
+        code_fingerprint.cache_clear()
+
+
 def test_batch_refuses_a_directory_it_did_not_write(tmp_path, cli):
     _copy_models(tmp_path)
     manifest = _manifest(tmp_path, '[[job]]\nmodel = "models/convbn_elu.keras"\n'

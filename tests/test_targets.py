@@ -68,6 +68,8 @@ CASES = [
     ("dilation_equal", "edgetpu",
      lambda x: tf.nn.conv2d(x, _w(3, 3, 4, 4), 1, "SAME", dilations=[2, 1]), (1, 16, 16, 4),
      "CONV_2D: Dilation must be the same in x and y: observed 1x2"),
+    ("inputs_max", "tflm", lambda x: tf.concat([x * float(i) for i in range(12)], -1), (1, 4),
+     "CONCATENATION: At most 10 input tensors: observed 12 inputs"),
     ("no_batch_axis", "edgetpu", lambda x: tf.reduce_mean(x, axis=0), (1, 4, 4, 8),
      "MEAN: Must not operate along the batch axis: observed axis [0] of [1, 4, 4, 8]"),
     ("mean_depth_reduction", "ethos-u55-128", lambda x: tf.reduce_mean(x, axis=-1),

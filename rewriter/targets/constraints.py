@@ -191,6 +191,10 @@ def _check_concat_constants(f: OpFacts, _: bool) -> str | None:
     return f"constant input {i} {_shape_str(f.inputs[i].shape)} has {count} non-zero value(s)"
 
 
+def _check_inputs_max(f: OpFacts, limit: int) -> str | None:
+    return f"{len(f.inputs)} inputs" if len(f.inputs) > limit else None
+
+
 def _check_alpha_inner_dims(f: OpFacts, limit: int) -> str | None:
     alpha = f.inputs[1].shape if len(f.inputs) > 1 else None
     return f"alpha {_shape_str(alpha)}" if _outer_non_one(alpha, limit) else None
@@ -299,6 +303,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("concat_constant_zero_pad",
          "If any input is a compile-time constant, there must be only 2 inputs and the "
          "constant must be all zeros (a zero-padding op)", _check_concat_constants, _BOOL),
+    Kind("inputs_max", "At most {max} input tensors", _check_inputs_max, _INT),
     Kind("alpha_inner_dims", "Alpha must be {max}-dimensional (only its innermost dimension "
          "larger than 1)", _check_alpha_inner_dims, _INT),
     Kind("io_rank3", "Input and output must be 3-dimensional tensors (batch 1)",
