@@ -24,7 +24,9 @@ For the others, calibration/verification data: random images in [-1, 1] for the 
 clips (``tests/families.waveforms``) for the audio models, mapped through the model's own front
 end for the cut runs. Each job runs in-process (``rewriter.cli.main``); the table gives the exit
 code, what is left unsupported in the artifact, the Edge TPU cut, Vela's NPU/CPU operators, the
-artifact's worst cosine (int8, LiteRT) or relative error (ONNX Runtime), the CPU tail, and for
+artifact's worst cosine (int8, LiteRT) or relative error (ONNX Runtime), the CPU tail, the
+range-starved int8 tensors the report names (``int8_layers.range``) and the remedies it gives
+for the target, and for
 ``tflm`` the cosine of TFLite Micro's own interpreter (a child process) running the file on the
 first verification inputs against the job's rewritten float model; for ``onnx`` whether
 ``onnx.checker`` passes. Results: ``benchmarks/results/model_families.{md,json}``.
@@ -141,6 +143,12 @@ def _job(path: Path, target: str, extra: list[str], out: Path) -> dict[str, Any]
            "cpu_tail": (r.get("cpu_tail") or {}).get("hint")}
     if "vela" in r:
         row["vela"] = f"{r['vela']['npu_ops']} NPU / {r['vela']['cpu_ops']} CPU"
+    rng = (r.get("int8_layers") or {}).get("range")
+    if rng is not None:
+        row["range_starved"] = {t["node"]: t["below_step"] for t in rng["tensors"]}
+        row["remedies"] = sorted({x["remedy"] + (f" {x['node']}" if x.get("node") else "")
+                                  for d in rng["diagnosis"] for x in d["remedies"]
+                                  if x["applies"]})
     if target == "tflm" and (out / "model.tflite").exists():
         row["tflm_cosine"] = tflm_cosine(out, _samples(extra))
     if target == "onnx" and (out / "model.onnx").exists():
@@ -192,8 +200,9 @@ def render(results: list[dict[str, Any]], command: str) -> str:
     lines = ["# Model families", "", f"`{command}` "
              f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
              "| model | target | exit | left unsupported in the artifact | Edge TPU cut / Vela | "
-             "artifact vs original | TFLite Micro / onnx.checker | rules | CPU tail |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "artifact vs original | TFLite Micro / onnx.checker | rules | CPU tail | "
+             "range-starved int8 tensors (share below one step) | remedies the report gives |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         placement = r.get("vela") or (f"cut at {r['cut']}" if r.get("cut") else
                                       ("no cut" if r["target"] == "edgetpu" else ""))
@@ -210,7 +219,10 @@ def render(results: list[dict[str, Any]], command: str) -> str:
         lines.append(f"| {r['case']} | {r['target']} | {r['exit']} | "
                      f"{', '.join(r.get('unsupported_after') or []) or 'none'} | {placement} | "
                      f"{num} | {own} | {', '.join(r.get('rules') or [])} | "
-                     f"{'`' + r['cpu_tail'] + '`' if r.get('cpu_tail') else ''} |")
+                     f"{'`' + r['cpu_tail'] + '`' if r.get('cpu_tail') else ''} | "
+                     + ", ".join(f"{n} {v:.1%}" for n, v in
+                                 (r.get("range_starved") or {}).items())
+                     + f" | {', '.join(r.get('remedies') or [])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -238,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
                     row = {"case": case, "target": target, **_job(path, target, extra, out)}
                     print(json.dumps(row), flush=True)
                     results.append(row)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out + ".json").write_text(json.dumps(results, indent=2))
     command = " ".join(["PYTHONPATH=. python benchmarks/model_families.py",
                         *(sys.argv[1:] if argv is None else argv)])

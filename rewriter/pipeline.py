@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from rewriter.defaults import CALIBRATION_SAMPLES, RECOVER_EPOCHS, VERIFY_SAMPLES
+from rewriter.int8_range import lines as range_lines
 from rewriter.model import Model
 from rewriter.passes import RewriteResult
 from rewriter.planner import Plan
@@ -173,6 +174,7 @@ def _attempt(ctx: _Context, exclude: frozenset[str] = frozenset()) -> Attempt:
         _forget(rewritten)
         if not artifact.ok:
             warnings.append(layers.describe())
+            warnings.extend(range_lines(layers.range_report))
     return Attempt(the_plan, result, graph_after, tf_cmp, diagnostics, saved_model, deployment,
                    artifact, warnings, layers)
 
@@ -219,8 +221,10 @@ def _recover(ctx: _Context, attempt: Attempt, bar: Bar | None) -> tuple[Attempt,
         saved_model = export_saved_model(tuned, ctx.outdir / "saved_model").path
     deployment = deploy(tuned, target, ctx.quantize, ctx.outdir / f"model.{target.artifact}",
                         steps, train, opts.int8_io, opts.run_vela, ctx.outdir)
-    first_layers = attempt.int8_layers.describe() if attempt.int8_layers else None
-    warnings = [w for w in attempt.warnings if w != first_layers]
+    first = attempt.int8_layers
+    first_layers = ([first.describe(), *range_lines(first.range_report)]
+                    if first is not None else [])
+    warnings = [w for w in attempt.warnings if w not in first_layers]
     artifact = layers = None
     histograms = dict(attempt.diagnostics.histograms)
     if deployment.exported.result is not None:
@@ -232,6 +236,7 @@ def _recover(ctx: _Context, attempt: Attempt, bar: Bar | None) -> tuple[Attempt,
             layers = _int8_layers(ctx, deployment.exported.path, tuned)
             if not artifact.ok:
                 warnings.append(layers.describe())
+                warnings.extend(range_lines(layers.range_report))
     recovery = Recovery(result, attempt.artifact, artifact, float_after, len(ctx.data.samples))
     error_after = (_train_error(ctx, deployment.exported.path, train, teacher)
                    if artifact is not None else math.inf)
@@ -298,11 +303,14 @@ def _worst(run: ArtifactRun) -> float:
 def _int8_layers(ctx: _Context, path: Path, rewritten: Model) -> Int8Layers:
     """Every intermediate tensor of the int8 file against the rewritten float graph it was
     converted from (:mod:`rewriter.verify.int8_layers`)."""
+    from rewriter.int8_range import diagnose
     from rewriter.verify.int8_layers import int8_layer_errors
 
     samples = ctx.data.samples[: max(ctx.opts.divergence_samples, 4)]
     with ctx.steps("int8_layers", "measuring int8 error per layer"):
-        return int8_layer_errors(str(path), rewritten, samples)
+        layers = int8_layer_errors(str(path), rewritten, samples)
+        layers.range_report = diagnose(layers, ctx.target, ctx.model, ctx.quantize)
+        return layers
 
 
 def _diagnostics(ctx: _Context, the_plan: Plan, result: RewriteResult,

@@ -3,7 +3,10 @@
 Rendered from ``report["int8_layers"]`` (:meth:`rewriter.verify.int8_layers.Int8Layers.to_json`):
 a table of the layers that add the most int8 error (worst first) and, in the page, one SVG
 (``data-plot="int8-layers"``) with every layer in execution order: a bar for the error it adds
-itself, a line for the error leaving it, the worst layers in red.
+itself, a line for the error leaving it, the worst layers in red. Then the range-starved tensors
+(``report["int8_layers"]["range"]``, :mod:`rewriter.int8_range`): the tensors with more than half
+their nonzero float values below one quantisation step, and per group the diagnosis and the
+remedies for the target.
 """
 
 from __future__ import annotations
@@ -63,7 +66,62 @@ def markdown(section: Mapping[str, Any] | None) -> list[str]:
              "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     for r in rows(section):
         lines.append("| " + " | ".join([r[0], r[1], *(_g(v) for v in r[2:])]) + " |")
+    return lines + range_markdown(section.get("range"))
+
+
+RANGE_HEADER = ("tensor", "op", "int8 step", "peak", "median |x|", "below one step",
+                "below one int16 step", "zero or < 1/65536 of its range")
+
+
+def _pct(v: Any) -> str:
+    x = _f(v)
+    return "" if v is None or math.isnan(x) else f"{100 * x:.1f}%"
+
+
+def range_rows(rng: Mapping[str, Any]) -> list[list[str]]:
+    return [[t["node"], t["op"], _g(t.get("step")), _g(t.get("peak")), _g(t.get("median_abs")),
+             _pct(t.get("below_step")), _pct(t.get("below_int16_step")), _pct(t.get("zeros"))]
+            for t in rng.get("tensors") or []]
+
+
+def range_intro(rng: Mapping[str, Any]) -> str:
+    threshold = f"{100 * _f(rng.get('threshold')):.0f}%"
+    if not rng.get("tensors"):
+        w = rng.get("worst") or {}
+        worst = (f" (the most: {w['node']}, {_pct(w.get('below_step'))})" if w else "")
+        return (f"No int8 tensor has more than {threshold} of its nonzero values below "
+                f"one quantisation step{worst}.")
+    return (f"{len(rng['tensors'])} tensor(s) have more than {threshold} of their nonzero "
+            "float values (verification samples) below one quantisation step: they read as 0 "
+            "or one step, and only their few largest values survive.")
+
+
+def range_markdown(rng: Mapping[str, Any] | None) -> list[str]:
+    if not rng:
+        return []
+    lines = ["", "### Range-starved int8 tensors", "", range_intro(rng)]
+    if rng.get("tensors"):
+        lines += ["", "| " + " | ".join(RANGE_HEADER) + " |", "|" + "---|" * len(RANGE_HEADER)]
+        lines += ["| " + " | ".join(r) + " |" for r in range_rows(rng)]
+    for d in rng.get("diagnosis") or []:
+        lines += ["", f"**Diagnosis:** {d['text']}.", "", "Remedies on this target:"]
+        lines += [f"- {'' if r['applies'] else '(does not apply) '}{r['text']}"
+                  for r in d["remedies"]]
     return lines
+
+
+def range_html(rng: Mapping[str, Any] | None, table: Any) -> str:
+    if not rng:
+        return ""
+    out = f"<h3>Range-starved int8 tensors</h3><p>{html.escape(range_intro(rng))}</p>"
+    if rng.get("tensors"):
+        out += table(RANGE_HEADER, range_rows(rng))
+    for d in rng.get("diagnosis") or []:
+        out += (f"<p class='range-diagnosis'><b>Diagnosis:</b> {html.escape(d['text'])}.</p>"
+                "<ul>" + "".join(
+                    f"<li>{'(does not apply) ' if not r['applies'] else ''}"
+                    f"{html.escape(r['text'])}</li>" for r in d["remedies"]) + "</ul>")
+    return out
 
 
 def svg(section: Mapping[str, Any]) -> str:
@@ -129,4 +187,5 @@ def html_section(section: Mapping[str, Any] | None, table: Any) -> str:
             f"<p>{html.escape(section.get('summary', ''))}. <span class='muted'>"
             f"({section.get('matched', 0)} operator outputs matched, "
             f"{section.get('samples', 0)} sample(s))</span></p>"
-            + svg(section) + table(HEADER, rows(section)))
+            + svg(section) + table(HEADER, rows(section))
+            + range_html(section.get("range"), table))

@@ -18,6 +18,19 @@ where a whole-tensor ratio would see only the large one); cosine; the quantisati
 channels differ 100x in range loses most of them to one per-tensor int8 step). ``growth`` is ``rel_error`` minus the largest
 ``rel_error`` of the nearest matched tensors feeding the operator: the error this operator adds.
 
+Range per quantised tensor, from the float values it should hold: ``median_abs`` (of the nonzero
+values; ``ref_max_abs`` is the peak) and ``below_step``, the share of the nonzero values whose
+magnitude is below one quantisation step (they read as 0 or one step: relative error >= 50%).
+Exact zeros are left out of both, since the zero point holds them exactly (half a ReLU's output
+is 0), and so are values below :data:`NEGLIGIBLE` of the largest magnitude the tensor holds
+(below half an int16 step of that range: no 8- or 16-bit scale holds them, and float rounding
+noise lies there, e.g. where a rule's ramps cancel, ~5e-6 of the peak); ``zeros`` is their
+share. ``below_int16_step``: the share of the values other than exact zeros below the int16
+step the 16x8 scheme would give the tensor (symmetric, the same range: the largest magnitude
+the int8 tensor holds / 32767). A
+tensor with more than :data:`STARVED` of its values below one step is *range-starved*: its
+typical value is carried by one or two int8 levels, and only its few largest values survive.
+
 Operators are grouped into *layers* by name scope (the Keras layer: ``model/elu1/...`` is layer
 ``elu1``); a layer's growth is the ``rel_error`` of its last output minus the largest of the
 tensors entering it. The layers with the largest growth are where int8 loses accuracy.
@@ -48,6 +61,19 @@ WORST = 10
 MIN_PER_CHANNEL = 16
 _CALL = re.compile(r"^(?:Stateful)?PartitionedCall(?:_\d+)?$")
 _QUANTISED = (np.int8, np.uint8, np.int16)
+#: A quantised tensor is range-starved when more than this share of its nonzero float values is
+#: below one quantisation step. At 0.5 the median value itself is held by 0 or 1 step (relative
+#: error >= 50%); a well-conditioned tensor (a Gaussian-like one whose peak is ~5 standard
+#: deviations, held by 255 steps) has ~2% of its values there, a heavy-tailed one 10-20%.
+STARVED = 0.5
+#: Values below this share of the largest magnitude a quantised tensor holds count as zero.
+NEGLIGIBLE = 2.0 ** -16
+#: Ops whose int8 output step is fixed by the TFLite int8 spec (1/256 for SOFTMAX and LOGISTIC,
+#: 1/128 for TANH), not calibrated: a confident classifier's probabilities are mostly below it,
+#: and neither a cut nor a compressed range changes that; they are measured, never flagged.
+FIXED_RANGE = frozenset({"SOFTMAX", "LOGISTIC", "TANH", "LOG_SOFTMAX"})
+#: Nonzero values kept per tensor and sample for the median (a strided subsample).
+_MEDIAN_KEEP = 4096
 
 
 @dataclass
@@ -68,9 +94,18 @@ class OpError:
     channel_spread: float
     layer: str = ""
     inputs: list[str] = field(default_factory=list)  # nearest matched upstream nodes
+    median_abs: float = math.nan  # median |x| of the nonzero float values
+    below_step: float | None = None  # share of the nonzero values with |x| < step
+    below_int16_step: float | None = None  # the same at the int16 step of the same range
+    zeros: float = 0.0  # share of the float values that are 0 (or negligible, see NEGLIGIBLE)
 
     def to_json(self) -> dict[str, Any]:
         return {k: _fin(v) for k, v in self.__dict__.items()}
+
+    @property
+    def starved(self) -> bool:
+        return (self.below_step is not None and self.below_step > STARVED
+                and self.op not in FIXED_RANGE)
 
 
 def _fin(v: Any) -> Any:
@@ -112,6 +147,35 @@ class Int8Layers:
     samples: int
     seconds: float
 
+    operators: int = 0  # operators in the file
+    #: the range diagnosis (:func:`rewriter.int8_range.diagnose`), set by the job
+    range_report: dict[str, Any] | None = None
+
+    def starved(self) -> list[OpError]:
+        """The range-starved quantised tensors (see :data:`STARVED`), in execution order."""
+        return [x for x in self.ops if x.starved]
+
+    def cut_after(self, row: OpError) -> list[OpError]:
+        """The tensors after ``row`` that are not range-starved and that every path from it
+        reaches first (nearest first, execution order): where a front end ending in ``row``
+        could hand over to the model."""
+        consumers: dict[str, list[OpError]] = {}
+        for x in self.ops:
+            for node in x.inputs:
+                consumers.setdefault(node, []).append(x)
+        found: dict[str, OpError] = {}
+        seen, stack = {row.node}, list(consumers.get(row.node, []))
+        while stack:
+            x = stack.pop()
+            if x.node in seen:
+                continue
+            seen.add(x.node)
+            if x.starved:
+                stack.extend(consumers.get(x.node, []))
+            else:
+                found[x.node] = x
+        return sorted(found.values(), key=lambda x: x.index)
+
     def worst(self, n: int = WORST) -> list[LayerError]:
         return sorted((x for x in self.layers if math.isfinite(x.added)),
                       key=lambda x: -x.added)[:n]
@@ -134,6 +198,7 @@ class Int8Layers:
                 "seconds": round(self.seconds, 3), "matched": len(self.ops),
                 "unmatched": self.unmatched[:50],
                 "worst": [w.layer for w in self.worst()],
+                "range": self.range_report if self.range_report is not None else range_section(self),
                 "layers": [x.to_json() for x in self.layers],
                 "ops": [x.to_json() for x in self.ops]}
 
@@ -214,6 +279,7 @@ def int8_layer_errors(path: str | os.PathLike, model: Model,
     del cut
     release()
     total = {i: _Acc() for i in order}
+    spans = {i: _Range(tfl, i) for i in order}
     own = {g[-1]: _Acc() for g in groups}
     fetch = sorted({f"{matches[i]}:0" for i in order if position[i] >= 0})
     for feeds, pred in zip(samples, preds):
@@ -222,19 +288,21 @@ def int8_layer_errors(path: str | os.PathLike, model: Model,
         ref |= {f"{s.node}:0": np.asarray(feeds[s.name]) for s in model.inputs}
         for i in order:
             total[i].add(ref[f"{matches[i]}:0"], got[i])
+            spans[i].add(ref[f"{matches[i]}:0"])
         for i, acc in own.items():
             if matches[i] in pred:
                 acc.add(ref[f"{matches[i]}:0"], got[i], base=pred[matches[i]])
     model.forget_functions()
     release()
     producers = _producers(tfl)
-    rows = {i: _row(position[i], tfl, i, matches[i], total[i], layer[i]) for i in order}
+    rows = {i: spans[i].fill(_row(position[i], tfl, i, matches[i], total[i], layer[i]))
+            for i in order}
     for i, row in rows.items():
         if row.index >= 0:
             row.inputs = [rows[u].node for u in _matched_upstream(producers, i, rows)]
     layers = [_layer([rows[i] for i in g], rows, own[g[-1]], top) for g in groups]
     return Int8Layers([rows[i] for i in order], layers, unmatched, len(samples),
-                      time.perf_counter() - start)
+                      time.perf_counter() - start, len(tfl.ops))
 
 
 def tensor_ranges(path: str | os.PathLike, model: Model) -> dict[str, tuple[float, float]]:
@@ -446,6 +514,70 @@ class _Acc:
         self.dot += float(np.sum(r * t))
         self.n += r2.shape[0]
         self.channel_max = np.maximum(self.channel_max, np.abs(r2).max(axis=0, initial=0.0))
+
+
+class _Range:
+    """What one quantisation step of a tensor leaves of its float values (module docstring)."""
+
+    def __init__(self, tfl: _Tensors, index: int) -> None:
+        self.step = tfl.step(index)
+        self.step16 = None
+        self.floor = 0.0
+        if self.step is not None:
+            d = tfl.details[index]
+            info = np.iinfo(np.dtype(d["dtype"]))
+            q = d.get("quantization_parameters") or {}
+            zp = float(np.asarray(q.get("zero_points", [0]))[0])
+            held = max(abs(info.min - zp), abs(info.max - zp)) * self.step
+            self.step16 = held / 32767
+            self.floor = held * NEGLIGIBLE
+        self.small = self.small16 = self.nonzero = self.total = self.positive = 0
+        self.kept: list[np.ndarray] = []
+
+    def add(self, ref: np.ndarray) -> None:
+        a = np.abs(np.asarray(ref, np.float64)).ravel()
+        a = a[np.isfinite(a)]
+        nz = a[a > self.floor]
+        self.total += a.size
+        self.nonzero += nz.size
+        if self.step is not None:
+            self.small += int(np.count_nonzero(nz < self.step))
+            # int16 loses what is below its own step, the negligible values too
+            self.small16 += int(np.count_nonzero((a > 0) & (a < self.step16)))
+            self.positive += int(np.count_nonzero(a))
+        self.kept.append(nz[:: max(1, nz.size // _MEDIAN_KEEP)].astype(np.float32))
+
+    def fill(self, row: OpError) -> OpError:
+        kept = np.concatenate(self.kept) if self.kept else np.zeros(0, np.float32)
+        row.median_abs = float(np.median(kept)) if kept.size else 0.0
+        row.zeros = 1 - self.nonzero / self.total if self.total else 0.0
+        if self.step is not None:
+            row.below_step = self.small / self.nonzero if self.nonzero else 0.0
+            row.below_int16_step = self.small16 / self.positive if self.positive else 0.0
+        return row
+
+
+def range_section(layers: Int8Layers) -> dict[str, Any]:
+    """The target-independent part of the range diagnosis: the threshold, the starved tensors
+    and the one with the largest share below one step (:func:`rewriter.int8_range.diagnose`
+    adds the remedies)."""
+    quantised = [x for x in layers.ops if x.below_step is not None and x.op not in FIXED_RANGE]
+    worst = max(quantised, key=lambda x: x.below_step or 0.0, default=None)
+    return {"threshold": STARVED,
+            "measured": "share of a quantised tensor's nonzero float values (verification "
+                        "samples) whose magnitude is below one quantisation step; values "
+                        f"below {NEGLIGIBLE:.3g} of the largest it holds count as zero",
+            "tensors": [_starved_json(x) for x in quantised if x.starved],
+            "worst": _starved_json(worst) if worst is not None else None,
+            "diagnosis": []}
+
+
+def _starved_json(x: OpError) -> dict[str, Any]:
+    return {"node": x.node, "op": x.op, "index": x.index, "tensor": x.tensor,
+            "dtype": x.dtype, "step": _fin(x.step), "peak": _fin(x.ref_max_abs),
+            "median_abs": _fin(x.median_abs), "below_step": _fin(x.below_step),
+            "below_int16_step": _fin(x.below_int16_step), "zeros": _fin(x.zeros),
+            "starved": x.starved}
 
 
 def _relative_error(acc: _Acc) -> float:
