@@ -167,6 +167,8 @@ def _attempt(ctx: _Context, exclude: frozenset[str] = frozenset()) -> Attempt:
             artifact = run_artifact(deployment.exported.path, artifact_runtime(target),
                                     ctx.quantize, ctx.model, ctx.data.samples, ctx.reference,
                                     result.applied)
+        if artifact.fallback:
+            warnings.append(artifact.fallback)
         diagnostics.histograms["artifact"] = error_histograms(ctx.reference, artifact.outputs)
     layers = None
     if artifact is not None and ctx.quantize == "int8" and target.artifact == "tflite":
@@ -200,7 +202,9 @@ def _recover(ctx: _Context, attempt: Attempt, bar: Bar | None) -> tuple[Attempt,
     ranges = tensor_ranges(attempt.deployment.exported.path, rewritten) if int8 else None
     train = ctx.data.calibration_samples or []
     teacher = _run_all(ctx.model, train)
-    error_before = _train_error(ctx, attempt.deployment.exported.path, train, teacher)
+    # the runtime the first file ran in (LiteRT when TFLite Micro lacks one of its kernels)
+    runtime = attempt.artifact.runtime if attempt.artifact else artifact_runtime(target)
+    error_before = _train_error(ctx, attempt.deployment.exported.path, train, teacher, runtime)
     shown = bar(f"fine-tuning ({opts.epochs} epochs)", opts.epochs) if bar else None
     qat_note = None
     with steps("recover", None if bar else f"fine-tuning ({opts.epochs} epochs)"), \
@@ -238,7 +242,7 @@ def _recover(ctx: _Context, attempt: Attempt, bar: Bar | None) -> tuple[Attempt,
                 warnings.append(layers.describe())
                 warnings.extend(range_lines(layers.range_report))
     recovery = Recovery(result, attempt.artifact, artifact, float_after, len(ctx.data.samples))
-    error_after = (_train_error(ctx, deployment.exported.path, train, teacher)
+    error_after = (_train_error(ctx, deployment.exported.path, train, teacher, runtime)
                    if artifact is not None else math.inf)
     recovery.train_error = (error_before, error_after)
     if not error_after < error_before:
@@ -284,13 +288,13 @@ def _qat(ctx: _Context, train: list[dict[str, np.ndarray]],
 
 
 def _train_error(ctx: _Context, path: Path, train: list[dict[str, np.ndarray]],
-                 teacher: Mapping[str, np.ndarray]) -> float:
+                 teacher: Mapping[str, np.ndarray], runtime: str) -> float:
     """The artifact's mean squared error on ``train`` over the variance of the original's
     outputs, averaged over outputs (what fine-tuning minimises, measured on the real file)."""
     from rewriter.stages import run_samples
     from rewriter.verify.factory import artifact_runner
 
-    runner = artifact_runner(path, artifact_runtime(ctx.target))
+    runner = artifact_runner(path, runtime)
     outs = run_samples(runner, train, [o.name for o in ctx.model.outputs])
     return float(np.mean([np.mean((outs[k] - v) ** 2) / max(float(np.var(v)), 1e-12)
                           for k, v in teacher.items()]))

@@ -314,13 +314,16 @@ class ArtifactRun:
     runtime: str
     outputs: dict[str, np.ndarray]
     comparison: Comparison
+    #: Why the file ran in another runtime than the target's (None: it ran in the target's).
+    fallback: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.comparison.ok
 
     def to_json(self) -> dict[str, Any]:
-        return self.comparison.to_json() | {"runtime": RUNTIME_TITLES[self.runtime]}
+        out = self.comparison.to_json() | {"runtime": RUNTIME_TITLES[self.runtime]}
+        return out | ({"runtime_fallback": self.fallback} if self.fallback else {})
 
 
 def run_artifact(path: str | Path, runtime: str, quantize: str, model: Model,
@@ -328,13 +331,30 @@ def run_artifact(path: str | Path, runtime: str, quantize: str, model: Model,
                  applied: Sequence[Any] = (),
                  policy: TolerancePolicy = DEFAULT_POLICY) -> ArtifactRun:
     """Run the file in ``runtime`` and compare with ``reference`` at the policy's artifact
-    tolerance for ``quantize`` and the rule applications ``applied`` the file carries."""
-    from rewriter.verify.factory import artifact_runner
+    tolerance for ``quantize`` and the rule applications ``applied`` the file carries.
 
+    A ``.tflite`` that TFLite Micro cannot load because it has no kernel for an op (an op the
+    target's table lacks too, so the job fails on it anyway) is run in LiteRT instead, so its
+    numbers are still measured and the job ends with its report (exit 1), not exit 2;
+    ``fallback`` says why."""
+    from rewriter.verify.factory import artifact_runner
+    from rewriter.verify.runners import RunnerError
+
+    names = [o.name for o in model.outputs]
+    fallback = None
     try:
-        runner = artifact_runner(path, "tflm" if runtime == "tflm" else "litert")
-        outs = run_samples(runner, samples, [o.name for o in model.outputs])
+        try:
+            runner = artifact_runner(path, "tflm" if runtime == "tflm" else "litert")
+            outs = run_samples(runner, samples, names)
+        except RunnerError as exc:
+            if runtime != "tflm" or not exc.ops:
+                raise
+            fallback = (f"TFLite Micro has no kernel for {', '.join(exc.ops)}, so the file "
+                        "does not load there; its numbers were measured in LiteRT")
+            runtime = "litert"
+            outs = run_samples(artifact_runner(path, "litert"), samples, names)
     except UserError as exc:
         raise UserError(f"the exported artifact does not run: {exc}") from None
     tolerance = policy.for_artifact(quantize, reference, applied)
-    return ArtifactRun(runtime, outs, compare_within(reference, outs, tolerance, len(samples)))
+    return ArtifactRun(runtime, outs, compare_within(reference, outs, tolerance, len(samples)),
+                       fallback)

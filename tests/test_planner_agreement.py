@@ -37,12 +37,13 @@ def _graph_fixes(entries: list[dict[str, Any]]) -> dict[str, str | None]:
     return {u["op"]: u["fix"] for u in entries}
 
 
-def assert_agree(cli, path: Path, target: str, out: Path) -> tuple[dict, dict]:
-    """Run check and run on ``path`` for ``target``; assert they name the same rules."""
-    code, stdout, err = cli("check", path, "--target", target, "--json", "-q")
+def assert_agree(cli, path: Path, target: str, out: Path, *extra: str) -> tuple[dict, dict]:
+    """Run check and run on ``path`` for ``target`` (both with ``extra`` options); assert they
+    name the same rules."""
+    code, stdout, err = cli("check", path, "--target", target, "--json", "-q", *extra)
     assert code in (0, 1), err
     check = json.loads(stdout)
-    code, _, err = cli(path, "--target", target, "-o", out, "-q")
+    code, _, err = cli(path, "--target", target, "-o", out, "-q", *extra)
     assert code in (0, 1), err
     report = json.loads((out / "report.json").read_text())
     predicted, ran = check["plan"], report["plan"]
@@ -81,6 +82,25 @@ def test_check_names_the_rules_run_applies(cli, tmp_path, key, target):
         ops = {u.get("target_op") or u["op"] for u in check["artifact"]["unsupported"]}
         assert "HARD_SWISH" in ops and check["plan"]["rules"] == ["hard_swish_unfused"]
         assert [u["fix"] for u in check["artifact"]["unsupported"]] == ["hard_swish_unfused"]
+
+
+def test_check_exact_only_predicts_run_exact_only(cli, tmp_path):
+    """Every GELU rule is approximate: with --exact-only both commands leave GELU unfixed, for
+    the same reason, and neither applies a rule."""
+    check, report = assert_agree(cli, _activation_model(tmp_path, "gelu"), "tflm",
+                                 tmp_path / "out", "--exact-only")
+    assert check["plan"]["exact_only"] is True and report["plan"]["exact_only"] is True
+    assert check["plan"]["rules"] == [] and not report["ok"]
+    [unfixable] = check["plan"]["unfixable"]
+    assert "--exact-only refuses it" in unfixable["why"]
+    # TFLite Micro cannot load a file with GELU: the job still measures it (in LiteRT), says
+    # so, and ends with its report (exit 1 on the unsupported op), not exit 2
+    artifact = report["equivalence"]["artifact"]
+    assert artifact["runtime"] == "LiteRT"
+    assert "TFLite Micro has no kernel for GELU" in artifact["runtime_fallback"]
+    assert artifact["runtime_fallback"] in report["warnings"]
+    assert {u.get("target_op") or u["op"] for u in report["unsupported_after"]} == {"GELU"}
+    assert min(o["cosine"] for o in artifact["outputs"].values()) > 0.9
 
 
 def test_check_and_run_agree_on_the_sample_model(cli, samples, tmp_path):

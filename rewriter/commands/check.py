@@ -51,6 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--opset", type=onnx_opset, help=f"ONNX opset (ONNX targets; default {DEFAULT_OPSET})")
     parser.add_argument("--graph-only", action="store_true",
                         help="check the TF graph only (no export; the verdict is a prediction)")
+    parser.add_argument("--exact-only", action="store_true",
+                        help="plan as `rewrite run --exact-only` does: approximate rules refused")
     parser.add_argument("--no-vela", action="store_true", help="do not run Vela (Ethos-U)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -129,7 +131,7 @@ def check_model(args: argparse.Namespace, target: Target, quantize: str,
     data = job_data(model, quantize)  # what `rewrite run` calibrates on without --calibration
     graph = target.check_graph(model, quantize)
     with steps("plan", "planning the rules `rewrite run` applies"):
-        job = _plan_job(model, target, quantize, data)
+        job = _plan_job(model, target, quantize, data, exact_only=args.exact_only)
     result["graph"] = _level_json(graph, job.planned)
     if job.tail is not None:
         result["cpu_tail"] = job.tail.to_json()
@@ -179,14 +181,15 @@ class _JobPlan:
 
 
 def _plan_job(model: Model, target: Target, quantize: str, data: JobData,
-              exclude: frozenset[str] = frozenset()) -> _JobPlan:
+              exclude: frozenset[str] = frozenset(), exact_only: bool = False) -> _JobPlan:
     """Plan and rewrite as ``rewrite run`` does (:func:`rewriter.planner.plan_and_apply` on the
     job's data: fitted rules need a tensor's range), and the post-processing tail the rewritten
     graph leaves on the CPU (:func:`rewriter.targets.tail.cpu_tail`) or None."""
     from rewriter.planner import plan_and_apply
     from rewriter.targets.tail import cpu_tail
 
-    the_plan, rewritten = plan_and_apply(model, target, quantize, exclude=exclude,
+    the_plan, rewritten = plan_and_apply(model, target, quantize, exact_only=exact_only,
+                                         exclude=exclude,
                                          data=data.calibration_samples or data.samples)
     tail = cpu_tail(rewritten.model, target.check_graph(rewritten.model, quantize))
     return _JobPlan(the_plan, rewritten, tail)
@@ -200,10 +203,11 @@ def _predict_retry(job: _JobPlan, model: Model, target: Target, quantize: str,
     from rewriter.pipeline import plan_retry
 
     job.deployment = _export_rewritten(job, target, quantize, args, steps, data)
-    retry = plan_retry(job.plan, target, quantize, False, job.deployment.unsupported_ops())
+    exact_only = job.plan.exact_only
+    retry = plan_retry(job.plan, target, quantize, exact_only, job.deployment.unsupported_ops())
     if retry is None:
         return job
-    second = _plan_job(model, target, quantize, data, frozenset(retry.exclude))
+    second = _plan_job(model, target, quantize, data, frozenset(retry.exclude), exact_only)
     second.deployment = _export_rewritten(second, target, quantize, args, steps, data)
     retry.ok = second.deployment.ok
     second.retry = retry
