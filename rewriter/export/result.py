@@ -24,6 +24,7 @@ class ExportResult:
     opset: int | None = None
     float_ops: list[str] = field(default_factory=list)  # int8 files: ops left in float
     io: list[dict[str, Any]] = field(default_factory=list)  # tflite: name/dtype/shape/scale/zp
+    repairs: list[str] = field(default_factory=list)  # exact post-conversion repairs made
 
     def op_histogram(self) -> dict[str, int]:
         return dict(sorted(Counter(self.ops).items(), key=lambda kv: (-kv[1], kv[0])))
@@ -32,7 +33,8 @@ class ExportResult:
         return {"path": self.path, "format": self.format, "quantize": self.quantize,
                 "size": self.size, "ops": self.op_histogram(), "warnings": list(self.warnings),
                 "seconds": round(self.seconds, 3), "route": self.route, "opset": self.opset,
-                "float_ops": list(self.float_ops), "io": list(self.io)}
+                "float_ops": list(self.float_ops), "io": list(self.io),
+                "repairs": list(self.repairs)}
 
 
 class ExportError(UserError):

@@ -73,6 +73,14 @@ def export_tflite(model: Model, path: str | os.PathLike, quantize: str = "none",
     start = time.perf_counter()
     data, route = _convert(model, quantize, calibration, int8_io and quantize == "int8")
     seconds = time.perf_counter() - start
+    repairs = []
+    if quantize == "int8" and int8_io:
+        from rewriter.export.tflite_fixups import int8_output_moves
+
+        data, moved = int8_output_moves(data)
+        repairs = [f"output {name}: the converter left its RESHAPE in float behind a DEQUANTIZE; "
+                   "made int8 with the scale of the int8 tensor it moves (exact)"
+                   for name in moved]
     if route != "from_saved_model":
         warnings.append(f"converted by the {route} route: the file has no signature, so runners "
                         "match its inputs/outputs to the model's by order")
@@ -84,7 +92,7 @@ def export_tflite(model: Model, path: str | os.PathLike, quantize: str = "none",
     out = str(atomic_write_bytes(path, data))
     return ExportResult(path=out, format="tflite", quantize=quantize, size=len(data), ops=ops,
                         warnings=warnings, seconds=seconds, route=route, float_ops=float_ops,
-                        io=io)
+                        io=io, repairs=repairs)
 
 
 def _refuse_loops(model: Model) -> None:
