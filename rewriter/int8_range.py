@@ -10,8 +10,8 @@ nearly all of it reads as 0 or one step, which a later LOG turns into large erro
 :func:`diagnose` groups the starved tensors by where the model could hand over to a tensor that
 is not starved, and lists, for this target, the remedies that apply:
 
-1. ``cut``: run everything up to the first tensor after them that is not starved on the host
-   CPU in float and start the model there (``rewrite run --inputs NODE``); offered when that
+1. ``cut``: run everything up to the first tensor after them that is clean (neither starved
+   nor followed by a starved tensor) on the host CPU in float and start the model there (``rewrite run --inputs NODE``); offered when that
    node is one of the original model's and ``--inputs`` accepts it (the cut is tried).
 2. ``compress``: compress the range before the tensor is quantised (a LOG, or a power such as
    x**0.3 or a square root, before it; a model change, then retrain or re-check).
@@ -34,6 +34,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: Cut candidates tried per group (each try loads nothing: it cuts the graph in memory).
 _CUT_TRIES = 3
+#: Tensors a diagnosis names in its text (the table lists them all).
+_NAMED = 6
 
 
 def int16_blockers(target: Target, ops: Sequence[str]) -> list[str]:
@@ -72,8 +74,10 @@ def diagnose(layers: Int8Layers, target: Target, original: Model | None = None,
         cuts[key] = cut
     total = layers.operators or sum(1 for x in layers.ops if x.index >= 0)
     for key, rows in groups.items():
+        made_by = [x.index for x in layers.ops if key is not None and x.index >= 0
+                   and _owner(x.node, known) == key]
         section["diagnosis"].append(
-            _one(rows, cuts[key], key, total, target, blockers, quantize))
+            _one(rows, cuts[key], key, total, target, blockers, quantize, made_by))
     return section
 
 
@@ -112,9 +116,13 @@ def _pct(v: float | None) -> str:
 
 
 def _one(rows: list[OpError], cut: OpError | None, node: str | None, total: int,
-         target: Target, blockers: list[str], quantize: str) -> dict[str, Any]:
+         target: Target, blockers: list[str], quantize: str,
+         made_by: Sequence[int] = ()) -> dict[str, Any]:
+    """One diagnosis; ``made_by``: execution indices of the operators whose output stands for
+    the cut node (a rule's operators that rewrote it)."""
     worst = max(rows, key=lambda x: x.below_step or 0.0)
-    names = ", ".join(f"{x.node} ({x.op})" for x in rows)
+    names = ", ".join(f"{x.node} ({x.op})" for x in rows[:_NAMED]) + (
+        f" and {len(rows) - _NAMED} more" if len(rows) > _NAMED else "")
     figures = (f"{_pct(worst.below_step)} of {worst.node}'s nonzero values are below one "
                f"{quantize} step ({worst.step:.3g}; peak {worst.ref_max_abs:.4g}, median "
                f"{worst.median_abs:.3g})")
@@ -122,14 +130,15 @@ def _one(rows: list[OpError], cut: OpError | None, node: str | None, total: int,
             "so they read as 0 or one step")
     remedies = []
     if cut is not None:
-        moved = max(cut.index, 0)
+        moved = max(cut.index, *made_by) + 1  # through the op that makes the cut tensor
         remedies.append({
-            "remedy": "cut", "applies": True, "node": node,
-            "short": f"`--inputs {node}` (the {moved} operators before it on the host)",
+            "remedy": "cut", "applies": True, "node": node, "host_operators": moved,
+            "short": f"`--inputs {node}` ({moved} operators move to the host)",
             "text": f"move the front end to the host: `--inputs {node}` starts the model at "
-                    f"the first tensor after it that int8 holds ({_pct(cut.below_step)} below "
-                    f"one step); the {moved} of {total} operators before it run on the host CPU "
-                    f"in float, and --calibration/--data must then hold that tensor's values"})
+                    f"the first tensor after them from which on int8 holds every tensor "
+                    f"({_pct(cut.below_step)} below one step); the {moved} of {total} "
+                    f"operators that make it run on the host CPU in float, and "
+                    f"--calibration/--data must then hold that tensor's values"})
     else:
         remedies.append({
             "remedy": "cut", "applies": False, "node": None, "short": None,

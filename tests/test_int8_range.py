@@ -106,6 +106,7 @@ def test_the_diagnosis_names_the_tensor_and_the_remedies_of_the_target(built, ta
     # the cut: the first tensor after it that int8 holds, a node of the original model
     assert by["cut"]["applies"] and "mid" in by["cut"]["node"]
     assert f"--inputs {by['cut']['node']}" in by["cut"]["text"]
+    assert by["cut"]["host_operators"] == 2  # ident's and mid's FULLY_CONNECTED
     assert by["compress"]["applies"]
     assert by["16x8"]["applies"] is int16
     if not int16:

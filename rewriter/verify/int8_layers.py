@@ -156,13 +156,18 @@ class Int8Layers:
         return [x for x in self.ops if x.starved]
 
     def cut_after(self, row: OpError) -> list[OpError]:
-        """The tensors after ``row`` that are not range-starved and that every path from it
-        reaches first (nearest first, execution order): where a front end ending in ``row``
-        could hand over to the model."""
+        """The first tensors after ``row`` that are *clean*, not range-starved with no
+        range-starved tensor after them (nearest first, execution order): where a front end
+        ending in ``row`` could hand over to the model without another starved tensor on the
+        accelerator (a CQT's chain of starved and held tensors is crossed as a whole)."""
         consumers: dict[str, list[OpError]] = {}
         for x in self.ops:
             for node in x.inputs:
                 consumers.setdefault(node, []).append(x)
+        tainted: set[str] = set()  # starved, or a starved tensor after it
+        for x in sorted(self.ops, key=lambda x: -x.index):
+            if x.starved or any(c.node in tainted for c in consumers.get(x.node, [])):
+                tainted.add(x.node)
         found: dict[str, OpError] = {}
         seen, stack = {row.node}, list(consumers.get(row.node, []))
         while stack:
@@ -170,7 +175,7 @@ class Int8Layers:
             if x.node in seen:
                 continue
             seen.add(x.node)
-            if x.starved:
+            if x.node in tainted:
                 stack.extend(consumers.get(x.node, []))
             else:
                 found[x.node] = x
