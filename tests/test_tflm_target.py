@@ -86,3 +86,40 @@ def test_verify_tflm_without_tflite_micro_says_what_to_install(cli, monkeypatch,
     assert code == 2
     assert err.startswith("error: ") and len(err.splitlines()) == 1
     assert "TFLite Micro's interpreter is not installed: pip install 'rewriter[tflm]'" in err
+
+
+@pytest.mark.skipif(not tflm_available(), reason="TFLite Micro not installed")
+def test_a_model_whose_tensors_outgrow_the_first_arena_still_runs(tmp_path):
+    """Two live 1x192x192x64 int8 activations (2.4 MB each) do not fit the first arena (4 MB for
+    a small file; before, the job stopped with exit 2): the interpreter is given the next size,
+    and its outputs match LiteRT's on the same file within one output step."""
+    import numpy as np
+    import tensorflow as tf
+
+    from rewriter.export.tflite import export_tflite
+    from rewriter.rules.testing import model_from_function
+    from rewriter.verify.runners import LiteRTRunner
+    from rewriter.verify.tflm import MIN_ARENA, TflmRunner, arena_sizes
+
+    rng = np.random.default_rng(0)
+    w1 = tf.constant(rng.normal(0, 0.3, (1, 1, 4, 64)).astype("f4"))
+    w2 = tf.constant(rng.normal(0, 0.1, (1, 1, 64, 4)).astype("f4"))
+
+    def fn(x):
+        h = tf.nn.relu(tf.nn.conv2d(x, w1, 1, "SAME"))
+        return tf.nn.conv2d(h, w2, 1, "SAME") + tf.nn.conv2d(tf.nn.relu(h - 0.1), w2, 1, "SAME")
+
+    model = model_from_function(fn, [(1, 192, 192, 4)])
+    data = [{"x0": rng.uniform(-1, 1, (1, 192, 192, 4)).astype("f4")} for _ in range(2)]
+    path = export_tflite(model, tmp_path / "big.tflite", quantize="int8", calibration=data,
+                         int8_io=True).path
+    assert arena_sizes(10)[0] == MIN_ARENA and arena_sizes(10)[1] == 2 * MIN_ARENA
+    from ai_edge_litert.interpreter import Interpreter
+
+    micro = TflmRunner(path).run_many(data[:1])[0]
+    lite = LiteRTRunner(path).run(data[0])
+    step = Interpreter(path).get_output_details()[0]["quantization"][0]
+    [(k, v)] = lite.items()
+    assert np.ptp(v) > 20 * step  # a real output, not a constant
+    # the two runtimes' int8 kernels round differently: within one output step
+    assert np.max(np.abs(micro[k] - v)) <= step * 1.001

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,8 @@ from rewriter.verify.runners import LiteRTRunner, Runner, RunnerError, rename_ou
 TIMEOUT = 300.0
 #: Smallest tensor arena given to TFLite Micro (bytes); else 10x the model size.
 MIN_ARENA = 4 << 20
+#: Largest tensor arena tried (bytes).
+MAX_ARENA = 1 << 30
 _MISSING_OP_RE = re.compile(r"Didn't find op for builtin opcode '(\w+)'")
 
 
@@ -118,13 +121,39 @@ def _why(proc: subprocess.CompletedProcess) -> str:
     return f"exit {code}" + (f": {tail}" if tail else "")
 
 
+def arena_sizes(model_bytes: int) -> list[int]:
+    """The tensor arena sizes tried, smallest first: 10x the model (at least :data:`MIN_ARENA`),
+    doubled up to :data:`MAX_ARENA`. The arena is a deployment choice (the MCU's RAM), not the
+    model's: verification gives the interpreter what it asks for, and the report of a model that
+    needs more than the target board has is the deployment's to make."""
+    size = max(10 * model_bytes, MIN_ARENA)
+    sizes = [size]
+    while size < MAX_ARENA:
+        size = min(2 * size, MAX_ARENA)
+        sizes.append(size)
+    return sizes
+
+
+def _interpreter(runtime: Any, data: bytes) -> Any:
+    """An interpreter whose arena holds the model's tensors (TFLite Micro's allocation raises
+    ``RuntimeError`` when the arena is too small; the next size is tried)."""
+    sizes = arena_sizes(len(data))
+    for size in sizes:
+        try:
+            return runtime.Interpreter.from_bytes(data, arena_size=size)
+        except RuntimeError:
+            if size == sizes[-1]:
+                raise
+    raise AssertionError("unreachable")
+
+
 def _worker(argv: Sequence[str]) -> int:
     """Child process: run every sample through one TFLite Micro interpreter."""
     model_path, src, dst, n_samples, n_inputs, n_outputs = argv
     from tflite_micro import runtime
 
     data = Path(model_path).read_bytes()
-    interp = runtime.Interpreter.from_bytes(data, arena_size=max(10 * len(data), MIN_ARENA))
+    interp = _interpreter(runtime, data)
     out: dict[str, np.ndarray] = {}
     with np.load(src, allow_pickle=False) as arrays:
         for k in range(int(n_samples)):
