@@ -13,6 +13,16 @@ What comes back: the function's JSON result; a :class:`~rewriter.errors.UserErro
 re-raised here; any other exception, or the worker dying by a signal, as an
 :class:`~rewriter.errors.InternalError` naming the stage, with the log kept (exit 3). A dead
 worker is replaced on the next call.
+
+In a supervised child (the ``rewrite`` console script's work process, :mod:`rewriter.supervise`)
+there is no worker: :func:`call` runs the same request in-process (:func:`in_process`). The
+supervisor already turns a death by signal into exit 3 (``error: internal error: rewrite died
+with SIGSEGV while TFLite conversion (int8); log kept at ...``, the log holding the stack dump and
+what the converter wrote, since the request directory lies in the supervisor's directory), and a
+second TensorFlow process costs the job's peak memory its libraries and runtime again: measured
+by ``benchmarks/memory_ratio.py``, see the README's memory section. The worker stays for
+unsupervised callers (``main(argv)`` from Python, the tests, the library), whose process must
+survive a converter crash.
 """
 
 from __future__ import annotations
@@ -114,8 +124,21 @@ def _keep(log: Path, headline: str) -> str:
     return keep_log(f"{headline}\n\n{text}", "crash")
 
 
+def in_process() -> bool:
+    """True when :func:`call` converts in this process: in a supervised child
+    (:func:`rewriter.supervise.supervised`), where a converter crash already ends as exit 3
+    naming the stage with the log kept, and a second TensorFlow process would only add its
+    memory to the job's peak."""
+    from rewriter.supervise import supervised
+
+    return supervised()
+
+
 def prestart() -> None:
-    """Start the worker now (its TensorFlow import overlaps with the caller's work)."""
+    """Start the worker now (its TensorFlow import overlaps with the caller's work); nothing
+    when :func:`in_process`."""
+    if in_process():
+        return
     with _lock:
         _get()
 
@@ -142,18 +165,24 @@ def call(stage: str, target: str, payload: dict[str, Any],
     """Run ``target`` (``"module:function"``) in the worker on a request directory holding
     ``payload.json`` and ``files``; returns its JSON result and the files it wrote to ``out/``.
     """
-    request = Path(tempfile.mkdtemp(prefix="rewriter-request-"))
+    from rewriter.supervise import work_dir
+
+    here = in_process()
+    request = Path(tempfile.mkdtemp(prefix="rewriter-request-", dir=work_dir() if here else None))
     try:
         (request / "payload.json").write_text(json.dumps(payload))
         for name, data in (files or {}).items():
             (request / name).write_bytes(data)
         (request / "out").mkdir()
         with _lock:
-            try:
-                reply = _get().request(target, request, stage)
-            except InternalError as exc:  # keep what the converter said before it died
-                _append_logs(exc.log, request)
-                raise
+            if here:
+                reply = _call_here(stage, target, request)
+            else:
+                try:
+                    reply = _get().request(target, request, stage)
+                except InternalError as exc:  # keep what the converter said before it died
+                    _append_logs(exc.log, request)
+                    raise
         if "user_error" in reply:
             raise UserError(reply["user_error"])
         if "exception" in reply:
@@ -165,6 +194,33 @@ def call(stage: str, target: str, payload: dict[str, Any],
         return reply["result"], outputs
     finally:
         shutil.rmtree(request, ignore_errors=True)
+
+
+def _call_here(stage: str, target: str, request: Path) -> dict[str, Any]:
+    """Run the request in this (supervised) process, as the worker would: the memory the job
+    no longer holds is given back first, ``stage`` is the stage the parent names if the
+    converter kills the process, and the converter's stdout goes to a log in the request
+    directory (which the parent keeps with the native log after a crash) rather than to the
+    user's terminal."""
+    from rewriter.procmem import release
+    from rewriter.supervise import current_stage, set_stage
+
+    release()
+    before = current_stage()
+    set_stage(stage)
+    sys.stdout.flush()
+    saved = os.dup(1)
+    out = os.open(request / "stdout.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.dup2(out, 1)
+        return _handle({"target": target, "dir": str(request), "stage": stage})
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(out)
+        set_stage(before)
+        release()
 
 
 def _append_logs(kept: str | None, request: Path) -> None:

@@ -156,7 +156,7 @@ def _attempt(ctx: _Context, exclude: frozenset[str] = frozenset()) -> Attempt:
     _forget(ctx.model, rewritten, keep=rewritten)
     with steps("saved_model", "writing the rewritten SavedModel"):
         saved_model = export_saved_model(rewritten, ctx.outdir / "saved_model").path
-    _forget(rewritten)  # the converter worker has its own copy: hold none while it converts
+    _forget(rewritten)  # hold no TF function over a graph while the converter runs
     deployment = deploy(rewritten, target, ctx.quantize, ctx.outdir / f"model.{target.artifact}",
                         steps, ctx.data.calibration_samples, ctx.opts.int8_io, ctx.opts.run_vela,
                         ctx.outdir)

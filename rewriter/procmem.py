@@ -1,8 +1,8 @@
 """Peak memory of a process *and its children*, measured from outside.
 
 A job is more than one process: the ``rewrite`` console script supervises a child that does the
-work, and that child runs the TFLite converter and tf2onnx in a worker process of its own
-(:mod:`rewriter.supervise`, :mod:`rewriter.isolate`). The memory a job needs is what all of them
+work (converting in-process; unsupervised callers convert in a worker process of their own:
+:mod:`rewriter.supervise`, :mod:`rewriter.isolate`). The memory a job needs is what all of them
 hold at the same time, so :class:`TreeMeter` samples the resident set size (``VmRSS``) of the
 process and all its descendants from ``/proc`` every ``interval`` seconds and keeps the largest
 sum (``rss_mb``). Sampling can miss a peak shorter than the interval, so it also keeps each

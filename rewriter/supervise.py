@@ -14,6 +14,11 @@ and keeps Python's ``sys.stderr`` on the terminal; every ``ui.step`` records its
 the current stage (:func:`track_stages`). A child that dies by a signal becomes ``error: internal
 error: ... died with SIGSEGV while <stage>; log kept at <path>`` and exit 3 (an interrupt is
 exit 2). Calls of ``main(argv)`` from Python (the tests) run in-process, unsupervised.
+
+Because the child is supervised, it runs the converters in-process (:func:`supervised`,
+:func:`rewriter.isolate.in_process`): a converter crash ends the child, and the parent reports it
+naming the conversion stage; the child's other ``*.log`` files (the converter's diagnostics, in
+:func:`work_dir`) are appended to the kept log.
 """
 
 from __future__ import annotations
@@ -79,13 +84,20 @@ def _report_signal(sig: int, work: Path) -> int:
         shutil.rmtree(work, ignore_errors=True)
         print(f"error: interrupted ({name}) while {stage}", file=sys.stderr)
         return 2
-    log = keep_log(f"rewrite died with {name} while {stage}\n\n" + _read(work / _NATIVE_LOG),
-                   "crash")
+    log = keep_log(f"rewrite died with {name} while {stage}\n\n" + _read(work / _NATIVE_LOG)
+                   + _other_logs(work), "crash")
     shutil.rmtree(work, ignore_errors=True)
     hint = " (often the out-of-memory killer)" if sig == signal.SIGKILL else ""
     print(f"error: internal error: rewrite died with {name}{hint} while {stage}; "
           f"log kept at {log}", file=sys.stderr)
     return 3
+
+
+def _other_logs(work: Path) -> str:
+    """The logs the child left in its directory besides the native log (what a converter it
+    ran in-process said before it died: :func:`rewriter.isolate.call`)."""
+    logs = ((p, _read(p)) for p in sorted(work.rglob("*.log")) if p.name != _NATIVE_LOG)
+    return "".join(f"\n=== {p.relative_to(work)}\n{text}\n" for p, text in logs if text)
 
 
 def _signal_name(sig: int) -> str:
@@ -123,6 +135,19 @@ def attach() -> None:
     faulthandler.enable(file=log, all_threads=True)
     _state.update(stage_file=work / _STAGE, log=log)
     set_stage("starting")
+
+
+def supervised() -> bool:
+    """True in a supervised child (after :func:`attach`): a death by signal here ends as exit 3
+    naming the stage, with the log kept, reported by the parent."""
+    return _state["stage_file"] is not None
+
+
+def work_dir() -> Path | None:
+    """The supervised child's directory (removed by the parent when the child ends; its
+    ``*.log`` files are kept with the native log if the child dies by a signal), else None."""
+    path = _state["stage_file"]
+    return None if path is None else Path(path).parent
 
 
 def set_stage(text: str) -> None:

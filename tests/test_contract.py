@@ -401,6 +401,72 @@ def test_native_crash_anywhere_is_exit_3_with_the_stage(samples, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+#: Loaded in the supervised child only (``sitecustomize``): records every process it starts
+#: (argv, one per line, in $SPAWNED) and, with $NO_WEIGHT_CHECK, switches the weight check off
+#: so an Inf weight reaches the int8 quantizer (which dies by SIGSEGV on it).
+_CHILD_HOOK = """
+import os, subprocess
+if os.environ.get("REWRITER_SUPERVISOR_DIR"):
+    _init = subprocess.Popen.__init__
+    def _recording(self, args, *a, **kw):
+        with open(os.environ["SPAWNED"], "a") as f:
+            f.write(repr(args) + "\\n")
+        _init(self, args, *a, **kw)
+    subprocess.Popen.__init__ = _recording
+    if os.environ.get("NO_WEIGHT_CHECK"):
+        import rewriter.export.tflite, rewriter.export.validate
+        for _m in (rewriter.export.tflite, rewriter.export.validate):
+            _m.check_weights = lambda model: None
+"""
+
+
+def _hooked(tmp_path: Path, **env: str) -> tuple[dict[str, str], Path]:
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_CHILD_HOOK)
+    spawned = tmp_path / "spawned.txt"
+    spawned.write_text("")
+    return {"PYTHONPATH": os.pathsep.join([str(hook), str(ROOT)]), "SPAWNED": str(spawned),
+            **env}, spawned
+
+
+def test_supervised_job_converts_in_process(small, tmp_path):
+    """The supervised job converts in its own process: no converter worker (a second
+    TensorFlow process, ~1 GB more at the peak) is started, and the artifact is written."""
+    env, spawned = _hooked(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "rewriter", "run", str(small), "--target",
+                           "edgetpu", "-o", str(tmp_path / "out"), "--json"],
+                          env=dict(os.environ, **env), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "rewriter.isolate" not in spawned.read_text()
+    import json
+
+    report = json.loads(proc.stdout)  # nothing the converter printed reached stdout
+    assert report["target"] == "edgetpu"
+    assert (tmp_path / "out" / "model.tflite").stat().st_size > 1000
+
+
+def test_converter_crash_in_the_supervised_job_is_exit_3_naming_the_stage(small, tmp_path):
+    """Converting in-process, a converter crash kills the supervised child: the parent reports
+    it as the same one line, exit 3 naming the conversion stage, the log kept (with the stack
+    dump), OUT not created."""
+    path = _with_weight(small, tmp_path / "inf.keras", np.inf)
+    env, spawned = _hooked(tmp_path, NO_WEIGHT_CHECK="1")
+    proc = subprocess.run([sys.executable, "-m", "rewriter", "run", str(path), "--target",
+                           "edgetpu", "-o", str(tmp_path / "out")],
+                          env=dict(os.environ, **env), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 3, proc.stderr
+    line = _one_error(proc.stderr, "internal error", "SIGSEGV",
+                      "while TFLite conversion (int8)", "log kept at")
+    kept = Path(line.rsplit("log kept at ", 1)[1]).read_text()
+    assert "Fatal Python error" in kept
+    assert "=== rewriter-request-" in kept  # what the converter wrote before it died
+    assert "rewriter.isolate" not in spawned.read_text()
+    assert not (tmp_path / "out").exists()
+
+
 _QUANTIZE_ONE = """
 import sys
 import numpy as np

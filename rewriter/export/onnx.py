@@ -70,7 +70,8 @@ def _quiet_tf2onnx() -> Iterator[None]:
 
 
 def _convert(model: Model, opset: int) -> Any:
-    """The tf2onnx ModelProto, converted in the worker process (:mod:`rewriter.isolate`)."""
+    """The tf2onnx ModelProto, converted through :mod:`rewriter.isolate` (in the worker process,
+    or in this one when it is a supervised child)."""
     import onnx
 
     from rewriter import isolate

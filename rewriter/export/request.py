@@ -1,6 +1,7 @@
 """A model and its export options as a request directory for the converter worker, and back.
 
-The exporters hand the converter to :mod:`rewriter.isolate` (a child process): the model travels
+The exporters hand the converter to :mod:`rewriter.isolate` (a child process, or this process
+when it is the supervised child of the ``rewrite`` command): the model travels
 as ``model.pb`` (the frozen GraphDef) plus its signature and options in ``payload.json``;
 calibration samples as ``calibration.npz``. The worker rebuilds the :class:`Model` and runs the
 in-process converter on it.

@@ -1,12 +1,16 @@
 """TFLite export: float32, full-integer int8 and float16, with LiteRT builtin ops only.
 
 Route (measured on TF 2.21): the named serving function of :mod:`rewriter.export.saved_model`
-is written as a SavedModel, every TF function over the graph is dropped, and
-``tf.lite.TFLiteConverter.from_saved_model`` converts the directory, so the ``.tflite`` carries a
-``serving_default`` signature whose input/output keys are the model's ``TensorSpec`` names.
-``from_concrete_functions`` with the module as ``trackable_obj`` takes the same SavedModel path
-inside the converter and gives the same file, but converts while the functions (each holding the
-weights again) are alive: ResNet50 at 64x64 peaked at 4.8 GB that way, 2.6 GB this way. If it
+is written as a SavedModel with the weights as variables
+(:func:`~rewriter.export.saved_model.converter_module`), every TF function over the graph is
+dropped, and ``tf.lite.TFLiteConverter.from_saved_model`` converts the directory, so the
+``.tflite`` carries a ``serving_default`` signature whose input/output keys are the model's
+``TensorSpec`` names. ``from_concrete_functions`` with the module as ``trackable_obj`` takes the
+same SavedModel path inside the converter and gives the same file, but converts while the
+functions (each holding the weights again) are alive: ResNet50 at 64x64 peaked at 4.8 GB that
+way, 2.6 GB this way with the weights as constants; as variables, the converter itself needs
+1.0 GB above TensorFlow's own instead of 2.2 GB (``python`` converting the job's SavedModel
+alone, full int8, calibration data of ``benchmarks/zoo_build.py``). If it
 fails for a reason other than an op, the TF1 frozen-graph converter (``tf.compat.v1.lite``
 ``TFLiteConverter(graph_def, ...)``) is tried once.
 
@@ -130,8 +134,9 @@ def _calibration_samples(model: Model, calibration: Sequence[dict[str, np.ndarra
 
 def _convert(model: Model, quantize: str, calibration: list[dict[str, np.ndarray]] | None,
              int8_io: bool) -> tuple[bytes, str]:
-    """The flatbuffer bytes and the route that produced them, converted in the worker process
-    (:mod:`rewriter.isolate`): a converter crash becomes an InternalError naming the stage."""
+    """The flatbuffer bytes and the route that produced them, converted through
+    :mod:`rewriter.isolate` (in the worker process, or in this one when it is a supervised
+    child): a converter crash becomes exit 3 naming the stage either way."""
     from rewriter import isolate
 
     payload, files = model_request(model, {"quantize": quantize, "int8_io": int8_io},
@@ -143,7 +148,8 @@ def _convert(model: Model, quantize: str, calibration: list[dict[str, np.ndarray
 
 
 def convert_request(directory: Path) -> dict[str, Any]:
-    """Worker side of :func:`_convert`: convert the request's model into ``out/model.tflite``."""
+    """Worker side of :func:`_convert` (run by :func:`rewriter.isolate.call`): convert the
+    request's model into ``out/model.tflite``."""
     model, options, samples = read_request(directory)
     try:
         data, route = _convert_here(model, options["quantize"], samples, options["int8_io"],
@@ -157,11 +163,15 @@ def convert_request(directory: Path) -> dict[str, Any]:
 def _convert_here(model: Model, quantize: str,
                   calibration: list[dict[str, np.ndarray]] | None, int8_io: bool,
                   log_dir: Path | None = None) -> tuple[bytes, str]:
-    """The in-process converter (run by the worker)."""
+    """The converter, in this process (run by :func:`convert_request`): from a SavedModel with
+    the weights as variables, else with them as constants (a graph the variables' route cannot
+    import or convert), else the frozen-graph route."""
     first: ExportError | None = None
-    for route in ("from_saved_model", "v1_frozen_graph"):
+    for route, variables in (("from_saved_model", True), ("from_saved_model", False),
+                             ("v1_frozen_graph", False)):
         try:
-            data = _convert_once(model, route, quantize, calibration, int8_io, log_dir)
+            data = _convert_once(model, route, quantize, calibration, int8_io, log_dir,
+                                 variables)
             return data, route
         except ExportError as err:
             if err.ops:
@@ -173,11 +183,11 @@ def _convert_here(model: Model, quantize: str,
 
 def _convert_once(model: Model, route: str, quantize: str,
                   calibration: list[dict[str, np.ndarray]] | None, int8_io: bool,
-                  log_dir: Path | None = None) -> bytes:
+                  log_dir: Path | None = None, variables: bool = False) -> bytes:
     log = ""
     try:
         with tempfile.TemporaryDirectory(prefix="rewriter-convert-", dir=log_dir) as tmp:
-            converter = _converter(model, route, Path(tmp))
+            converter = _converter(model, route, Path(tmp), variables)
             _configure(converter, model, quantize, calibration, int8_io, route)
             with _captured_stderr(log_dir) as path, pywarnings.catch_warnings():
                 pywarnings.simplefilter("ignore")  # the calibrator's Interpreter deprecation
@@ -191,14 +201,14 @@ def _convert_once(model: Model, route: str, quantize: str,
         raise _classify(exc, log) from None
 
 
-def _converter(model: Model, route: str, tmp: Path) -> Any:
+def _converter(model: Model, route: str, tmp: Path, variables: bool = False) -> Any:
     import tensorflow as tf
 
     if route == "from_saved_model":
         from rewriter.export.saved_model import export_saved_model
         from rewriter.procmem import release
 
-        export_saved_model(model, tmp / "saved_model")
+        export_saved_model(model, tmp / "saved_model", variables=variables)
         model.forget_functions()  # the converter reads the directory: hold no graph copy
         release()
         return tf.lite.TFLiteConverter.from_saved_model(str(tmp / "saved_model"))

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from rewriter.graph import GraphIndex
-from rewriter.model import Model
+from rewriter.model import Model, WeightsFunction
 from rewriter.procmem import release
 from rewriter.verify.divergence import name_key
 from rewriter.verify.runners import RunnerError, TFLiteIO
@@ -276,8 +276,8 @@ def int8_layer_errors(path: str | os.PathLike, model: Model,
             groups[-1].append(i)
         else:
             groups.append([i])
-    # One TF function over the graph at a time (each holds the weights again): the cut graph's
-    # predictions first, then the float reference.
+    # One TF function over the graph at a time, its weights read from variables in place
+    # (WeightsFunction): the cut graph's predictions first, then the float reference.
     cut = _Cut(model, [matches[g[-1]] for g in groups], dict(zip(
         (s.name for s in tfl.io.inputs), _input_indices(tfl))), matches)
     preds = [cut.run(tfl.run(feeds, order)) for feeds in samples]
@@ -287,9 +287,11 @@ def int8_layer_errors(path: str | os.PathLike, model: Model,
     spans = {i: _Range(tfl, i) for i in order}
     own = {g[-1]: _Acc() for g in groups}
     fetch = sorted({f"{matches[i]}:0" for i in order if position[i] >= 0})
+    reference = WeightsFunction(model.graph_def, [(s.tensor, s.shape, s.dtype)
+                                                  for s in model.inputs], fetch) if fetch else None
     for feeds, pred in zip(samples, preds):
         got = tfl.run(feeds, order)
-        ref = model.run(feeds, fetches=fetch) if fetch else {}
+        ref = reference(*(feeds[s.name] for s in model.inputs)) if reference else {}
         ref |= {f"{s.node}:0": np.asarray(feeds[s.name]) for s in model.inputs}
         for i in order:
             total[i].add(ref[f"{matches[i]}:0"], got[i])
@@ -297,6 +299,7 @@ def int8_layer_errors(path: str | os.PathLike, model: Model,
         for i, acc in own.items():
             if matches[i] in pred:
                 acc.add(ref[f"{matches[i]}:0"], got[i], base=pred[matches[i]])
+    del reference
     model.forget_functions()
     release()
     producers = _producers(tfl)
@@ -371,8 +374,6 @@ class _Cut:
 
     def __init__(self, model: Model, cut_nodes: Sequence[str], inputs: Mapping[str, int],
                  matches: Mapping[int, str]) -> None:
-        import tensorflow as tf
-
         from rewriter.graph import make_node
 
         g = GraphIndex(model.graph_def)
@@ -386,25 +387,19 @@ class _Cut:
                                  {"shape": _shape_attr(shape)}, dtype=dtype, dtype_attr="dtype"))
             g.redirect(f"{n}:0", ph.name)
             places[n] = ph.name
-        graph_def = g.to_graph_def()
-        wrapped = tf.compat.v1.wrap_function(
-            lambda: tf.compat.v1.import_graph_def(graph_def, name=""), [])
-        el = wrapped.graph.as_graph_element
         self.inputs = [(inputs.get(s.name), s) for s in model.inputs]
-        feeds = [el(s.tensor) for s in model.inputs] + [el(f"{places[n]}:0") for n in self.cut]
-        self.fn = wrapped.prune(feeds=feeds, fetches=[el(f"{n}:0") for n in self.cut])
+        feeds = [(s.tensor, s.shape, s.dtype) for s in model.inputs]
+        feeds += [(f"{places[n]}:0", shapes[n][0], shapes[n][1]) for n in self.cut]
+        self.fn = WeightsFunction(g.to_graph_def(), feeds, [f"{n}:0" for n in self.cut])
         self.index_of = {node: i for i, node in matches.items()}
         self.shapes = shapes
 
     def run(self, got: Mapping[int, np.ndarray]) -> dict[str, np.ndarray]:
-        import tensorflow as tf
-
-        args = [tf.constant(np.asarray(got[i], s.dtype).reshape(_static(s.shape)))
-                for i, s in self.inputs]
-        args += [tf.constant(np.asarray(got[self.index_of[n]], self.shapes[n][1])
-                             .reshape(self.shapes[n][0])) for n in self.cut]
-        outs = self.fn(*args) if self.cut else []
-        return {n: np.asarray(v.numpy()) for n, v in zip(self.cut, outs)}
+        args = [np.asarray(got[i], s.dtype).reshape(_static(s.shape)) for i, s in self.inputs]
+        args += [np.asarray(got[self.index_of[n]], self.shapes[n][1]).reshape(self.shapes[n][0])
+                 for n in self.cut]
+        outs = self.fn(*args) if self.cut else {}
+        return {n: outs[f"{n}:0"] for n in self.cut}
 
 
 def _static(shape: Sequence[int | None]) -> tuple[int, ...]:
@@ -473,10 +468,15 @@ def _through_identity(g: GraphIndex, node: str) -> str:
 
 
 def _float_shapes(model: Model) -> dict[str, tuple[list[int], str]]:
-    """(shape, dtype) of output 0 of every float node whose shape is static in the graph."""
-    fn = model.concrete_function()
+    """(shape, dtype) of output 0 of every float node whose shape is static in the graph (from
+    a graph imported for this and dropped: no TF function over the weights stays behind)."""
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.import_graph_def(model.graph_def, name="")
     shapes = {}
-    for op in fn.graph.get_operations():
+    for op in graph.get_operations():
         if not op.outputs or op.type in ("Const", "NoOp"):
             continue
         t = op.outputs[0]

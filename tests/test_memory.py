@@ -1,0 +1,72 @@
+"""Weights as variables (rewriter.model.lift_weights): what the converter's SavedModel and the
+per-layer int8 comparison run, so a job does not copy its weights at every step TensorFlow takes
+(the memory figures: ``benchmarks/memory_ratio.py``, README "Memory")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="module")
+def dense_model(tmp_path_factory):
+    import keras
+
+    from rewriter.frontends import LoadOptions, load_model
+
+    inp = keras.Input((8, 8, 3), name="image")
+    x = keras.layers.Conv2D(4, 3, padding="same", name="conv")(inp)  # 108 weights: kept
+    x = keras.layers.Flatten()(x)
+    out = keras.layers.Dense(64, name="head")(keras.layers.Dense(32, activation="relu",
+                                                                  name="hidden")(x))
+    path = tmp_path_factory.mktemp("dense") / "dense.keras"
+    keras.Model(inp, out).save(path)
+    return load_model(str(path), LoadOptions())
+
+
+def test_lift_weights_lifts_large_float_constants_only(dense_model):
+    from rewriter.model import WEIGHT_MIN_ELEMENTS, lift_weights
+
+    graph, variables = lift_weights(dense_model.graph_def)
+    sizes = {name: int(np.prod(v.shape)) for name, v in variables.items()}
+    assert sorted(sizes.values()) == [2048, 8192]  # hidden 256x32, head 32x64
+    assert all(n >= WEIGHT_MIN_ELEMENTS for n in sizes.values())
+    by_name = {n.name: n for n in graph.node}
+    for name in variables:
+        node = by_name[name.split(":")[0]]
+        assert node.op == "Const" and len(node.attr["value"].tensor.tensor_shape.dim) == 0
+    assert graph.ByteSize() < dense_model.graph_def.ByteSize() - 4 * (2048 + 8192)
+
+
+def test_weights_function_computes_what_the_model_computes(dense_model):
+    from rewriter.model import WeightsFunction
+
+    rng = np.random.default_rng(0)
+    feeds = {"image": rng.uniform(-1, 1, (1, 8, 8, 3)).astype(np.float32)}
+    spec = dense_model.inputs[0]
+    fetches = [o.tensor for o in dense_model.outputs]
+    fn = WeightsFunction(dense_model.graph_def, [(spec.tensor, spec.shape, spec.dtype)], fetches)
+    got = fn(feeds[spec.name])[fetches[0]]
+    want = dense_model.run(feeds)[dense_model.outputs[0].name]
+    assert got.shape == want.shape == (1, 64)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_converter_saved_model_holds_the_weights_as_variables(dense_model, tmp_path):
+    import tensorflow as tf
+
+    from rewriter.export.saved_model import export_saved_model
+
+    export_saved_model(dense_model, tmp_path / "vars", variables=True)
+    export_saved_model(dense_model, tmp_path / "consts")
+    assert (tmp_path / "vars" / "variables" / "variables.index").is_file()
+    loaded = tf.saved_model.load(str(tmp_path / "vars"))
+    assert sorted(int(np.prod(v.shape)) for v in loaded.weights) == [2048, 8192]
+    graph_bytes = {d: (tmp_path / d / "saved_model.pb").stat().st_size for d in ("vars", "consts")}
+    weights = 4 * (2048 + 8192)  # bytes: in the graph as constants, beside it as variables
+    assert graph_bytes["consts"] > weights > graph_bytes["vars"]
+    x = np.random.default_rng(1).uniform(-1, 1, (1, 8, 8, 3)).astype(np.float32)
+    fn = loaded.signatures["serving_default"]
+    got = next(iter(fn(image=tf.constant(x)).values())).numpy()
+    want = dense_model.run({"image": x})[dense_model.outputs[0].name]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
