@@ -171,11 +171,15 @@ def summary(report: dict[str, Any], attempt: Attempt, synthetic: bool) -> str:
                  + _nonfinite(attempt.tf, "rewritten graph")
                  + ("" if attempt.artifact is not None else _degenerate(attempt.tf)))
     if attempt.artifact is not None:
+        from rewriter.stages import RUNTIME_TITLES
+
         art = attempt.artifact.comparison
         worst = min((o.cosine for o in art.outputs), default=1.0)
         parts.append(f"artifact {'matches' if art.ok else 'DOES NOT match'} "
                      f"(min cosine {worst:.5f})" + _nonfinite(art, "artifact")
-                     + _degenerate(art))
+                     + _degenerate(art)
+                     + (f" in {RUNTIME_TITLES[attempt.artifact.runtime]}, not in the target's "
+                        "runtime" if attempt.artifact.fallback else ""))
     if synthetic:
         parts.append("verified on SYNTHETIC data only (give --data or --calibration)")
     return "; ".join(parts) + "."

@@ -319,11 +319,18 @@ class ArtifactRun:
 
     @property
     def ok(self) -> bool:
-        return self.comparison.ok
+        """The outputs match, in the target's own runtime (a file it cannot run is not OK)."""
+        return self.comparison.ok and self.fallback is None
 
     def to_json(self) -> dict[str, Any]:
         out = self.comparison.to_json() | {"runtime": RUNTIME_TITLES[self.runtime]}
         return out | ({"runtime_fallback": self.fallback} if self.fallback else {})
+
+
+def _after_path(message: str) -> str:
+    """A runner's message without the leading ``PATH: `` (the staging path means nothing)."""
+    head, sep, rest = message.partition(": ")
+    return rest if sep and ("/" in head or head.endswith(".tflite")) else message
 
 
 def run_artifact(path: str | Path, runtime: str, quantize: str, model: Model,
@@ -336,7 +343,9 @@ def run_artifact(path: str | Path, runtime: str, quantize: str, model: Model,
     A ``.tflite`` that TFLite Micro cannot load because it has no kernel for an op (an op the
     target's table lacks too, so the job fails on it anyway) is run in LiteRT instead, so its
     numbers are still measured and the job ends with its report (exit 1), not exit 2;
-    ``fallback`` says why."""
+    ``fallback`` says why. So is a file TFLite Micro fails to run for another reason (a kernel
+    refusing a dtype: Basic Pitch's int8 SQRT), and then the run is not OK whatever the
+    numbers."""
     from rewriter.verify.factory import artifact_runner
     from rewriter.verify.runners import RunnerError
 
@@ -347,10 +356,12 @@ def run_artifact(path: str | Path, runtime: str, quantize: str, model: Model,
             runner = artifact_runner(path, "tflm" if runtime == "tflm" else "litert")
             outs = run_samples(runner, samples, names)
         except RunnerError as exc:
-            if runtime != "tflm" or not exc.ops:
+            if runtime != "tflm":
                 raise
             fallback = (f"TFLite Micro has no kernel for {', '.join(exc.ops)}, so the file "
-                        "does not load there; its numbers were measured in LiteRT")
+                        "does not load there; its numbers were measured in LiteRT" if exc.ops
+                        else f"TFLite Micro could not run the file ({_after_path(str(exc))}); "
+                        "its numbers were measured in LiteRT")
             runtime = "litert"
             outs = run_samples(artifact_runner(path, "litert"), samples, names)
     except UserError as exc:

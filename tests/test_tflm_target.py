@@ -123,3 +123,25 @@ def test_a_model_whose_tensors_outgrow_the_first_arena_still_runs(tmp_path):
     assert np.ptp(v) > 20 * step  # a real output, not a constant
     # the two runtimes' int8 kernels round differently: within one output step
     assert np.max(np.abs(micro[k] - v)) <= step * 1.001
+
+
+@pytest.mark.skipif(not tflm_available(), reason="TFLite Micro not installed")
+def test_a_file_tflite_micro_fails_to_run_is_measured_in_litert_and_not_ok(cli, tmp_path):
+    """An int8 SQRT (kept by --exact-only: its rule is approximate): TFLite Micro's kernel takes
+    float only and the invocation fails. Before, the job stopped with exit 2 and no report; now
+    the file is measured in LiteRT, the report says why, and the job is not OK (exit 1)."""
+    import tensorflow as tf
+
+    from rewriter.rules.testing import model_from_function
+
+    model = model_from_function(lambda x: tf.sqrt(tf.nn.relu(x) + 0.1) * 2.0, [(1, 16)])
+    path = tmp_path / "sqrt.pb"
+    path.write_bytes(model.graph_def.SerializeToString())
+    code, _, err = cli(path, "--target", "tflm", "--exact-only", "-o", tmp_path / "out", "-q")
+    assert code == 1, err
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    artifact = report["equivalence"]["artifact"]
+    assert artifact["runtime"] == "LiteRT" and "Node SQRT" in artifact["runtime_fallback"]
+    assert "in LiteRT, not in the target's runtime" in report["summary"]
+    assert report["ok"] is False
+    assert min(o["cosine"] for o in artifact["outputs"].values()) > 0.999

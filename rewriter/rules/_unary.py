@@ -87,6 +87,10 @@ class RampFit:
     max_abs_error: float
     tolerance: float
     jumps: tuple[float, ...] = ()
+    #: ``f >= 0`` on the fitted range: the output is clamped at 0 (a RELU), which only brings
+    #: the fit closer to ``f`` and keeps a later SQRT or LOG off the negative numbers a
+    #: least-squares fit can dip to near 0 (Basic Pitch's ``x**2`` then SQRT: NaN without it).
+    nonnegative: bool = False
 
     @property
     def segments(self) -> int:
@@ -106,7 +110,10 @@ class RampFit:
         fn = self.function
         lin = np.float32(fn.slope_minus) * x32.ravel() + np.float32(
             fn.slope_plus - fn.slope_minus) * np.maximum(x32.ravel(), np.float32(0))
-        return (g + lin).astype(np.float64).reshape(np.shape(x))
+        out = g + lin
+        if self.nonnegative:
+            out = np.maximum(out, np.float32(0))
+        return out.astype(np.float64).reshape(np.shape(x))
 
     def bound(self, tensor: str, samples: int) -> Bound:
         lo, hi = self.observed
@@ -176,16 +183,21 @@ def fit_ramps(fn: UnaryFunction, lo: float, hi: float, max_segments: int = MAX_S
         tol *= 1.25
     knots = xs[idx]
     values = _least_squares_values(xs, res, knots)
-    fit = RampFit(fn, knots, values, (float(flo), float(fhi)), (float(lo), float(hi)), 0.0, tol)
     dense = np.linspace(flo, fhi, 4 * GRID)
     with np.errstate(all="ignore"):
-        err = float(np.max(np.abs(fit(dense) - fn.f(dense))))
+        exact = fn.f(dense)
+    nonnegative = bool(np.all(exact >= 0))
+    fit = RampFit(fn, knots, values, (float(flo), float(fhi)), (float(lo), float(hi)), 0.0, tol,
+                  nonnegative=nonnegative)
+    with np.errstate(all="ignore"):
+        err = float(np.max(np.abs(fit(dense) - exact)))
     err_knots = float(np.max(np.abs(fit(knots) - fn.f(knots))))
     # float32 rounding of the evaluation on top of the float64 reference
     slack = 4 * np.finfo(np.float32).eps * (1.0 + float(np.max(np.abs(ys))))
     # at a jump the fit crosses over 2 * JUMP_WIDTH: there it can be off by the jump itself
     return RampFit(fn, knots, values, fit.fit_range, fit.observed,
-                   float(max(err, err_knots, *jumps) + slack), float(tol), tuple(jumps))
+                   float(max(err, err_knots, *jumps) + slack), float(tol), tuple(jumps),
+                   nonnegative)
 
 
 #: Half-width of the ramp that replaces a jump, relative to the fitted range's width.
@@ -373,7 +385,8 @@ def build_ramps(b: Builder, x: str, shape: tuple[int, ...], fit: RampFit) -> str
                  attrs={"data_format": "NHWC"})
     g = b.op("Reshape", [total, b.const("shape", list(shape), np.int32)], "residual",
              attrs={"Tshape": np.int32})
-    return add_linear(b, x, g, fit.function.slope_minus, fit.function.slope_plus)
+    out = add_linear(b, x, g, fit.function.slope_minus, fit.function.slope_plus)
+    return b.op("Relu", [out], "nonnegative") if fit.nonnegative else out
 
 
 def add_linear(b: Builder, x: str, g: str, a: float, c: float) -> str:

@@ -151,3 +151,30 @@ def test_log_of_a_power_plus_epsilon_fits_from_zero():
     fit = fit_ramps(UnaryFunction("log", lambda x: np.log(x + 1e-6), None, None), 0.0, 4000.0)
     assert not isinstance(fit, str), fit
     assert -1e-6 < fit.fit_range[0] <= 0.0 and np.isfinite(fit.max_abs_error)
+
+
+def test_a_nonnegative_function_is_clamped_at_zero_so_a_sqrt_after_it_stays_finite():
+    """x**2 fitted on Basic Pitch's observed range [-5.8, 6.2]: the least-squares knots dip to
+    -0.023 near 0, where a following SQRT gives NaN (measured on Basic Pitch for tflm, whose
+    int8 kernels lack POW). The fit of a function >= 0 ends in a RELU: never negative, and no
+    farther from f."""
+    import dataclasses
+
+    from rewriter.rules._unary import UnaryFunction, fit_ramps
+
+    fit = fit_ramps(UnaryFunction("x**2", np.square, None, None), -5.8, 6.2)
+    xs = np.linspace(*fit.fit_range, 100001)
+    unclamped = dataclasses.replace(fit, nonnegative=False)
+    assert fit.nonnegative and unclamped(xs).min() < -0.02 and fit(xs).min() == 0.0
+    assert np.all(np.abs(fit(xs) - xs**2) <= np.abs(unclamped(xs) - xs**2) + 1e-6)
+    assert np.max(np.abs(fit(xs) - xs**2)) <= fit.max_abs_error
+    assert not fit_ramps(UnaryFunction("x**3", lambda v: v**3, None, None), -2, 2).nonnegative
+
+    model = model_from_function(lambda x: tf.sqrt(tf.pow(x, 2.0) + 0.0), [(1, 64)])
+    data = [{"x0": np.linspace(-5.8, 6.2, 64, dtype="f4").reshape(1, 64)}]
+    result = apply_rules(model, [RULE], data=data)
+    assert result.applied and "Pow" not in op_types(result.model)
+    x = np.linspace(-5.8, 6.2, 64, dtype="f4").reshape(1, 64)
+    got = result.model.run({"x0": x})["output_0"]
+    assert np.isfinite(got).all()
+    assert np.max(np.abs(got - np.abs(x))) < 0.2  # sqrt of an error of at most 0.026
