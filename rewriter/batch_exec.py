@@ -3,10 +3,11 @@
 :func:`run_one` runs one job as ``python -m rewriter.cli run ... -o OUT -q`` (the console
 script's supervised path: a native crash becomes exit 3 naming the stage) in a session of its
 own, with its output in ``DIR/logs/<name>.log``; it measures the wall time and the peak memory of
-the whole process tree (:class:`rewriter.procmem.TreeMeter`: the supervisor, the job and its
-converter worker) and reads the ``report.json`` the job wrote. It returns a plain dict, so it is
-the same function on this machine (:class:`LocalPool`, threads each waiting on one process) and
-on a Ray cluster (:mod:`rewriter.batch_ray`).
+the whole process tree (:class:`rewriter.procmem.TreeMeter`: the supervisor and the job, which
+converts in-process, with Vela or TFLite Micro when they run) and reads the ``report.json`` the
+job wrote. It returns a plain dict, so it is the same function on this machine
+(:class:`LocalPool`, threads each waiting on one process) and on a Ray cluster
+(:mod:`rewriter.batch_ray`).
 
 The local pool runs at most ``workers`` jobs at once and starts another only while the machine
 has the memory a job is expected to need (``job_memory_mb``, raised to the largest peak seen so
