@@ -18,8 +18,8 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 

@@ -47,7 +47,7 @@ def test_tflm_table_refuses_the_wide_concat_and_the_job_fixes_it(tmp_path):
     """The tflm table flags the 12-input CONCATENATION; the planner picks concat_split; the int8
     file then has no CONCATENATION wider than 10 and matches the unsplit int8 model's output
     (LiteRT) to within one int8 step of the output scale."""
-    from rewriter.export.tflite import export_tflite, tflite_ops
+    from rewriter.export.tflite import export_tflite
     from rewriter.planner import plan_and_apply
     from rewriter.targets import load_target
     from rewriter.verify.runners import RunnerError, run_tflite
