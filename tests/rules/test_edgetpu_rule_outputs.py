@@ -91,6 +91,11 @@ SAMPLES: dict[str, tuple[Callable[[], Any], tuple[float, float], int]] = {
     "sparsemax_pairwise": (_fn(keras.ops.sparsemax), (-3.0, 3.0), 0),
     # its CONV_2D ramps read the tensor reshaped to [.., C * W, 1]: two regrouping reshapes
     "elementwise_ramps": (_fn(tf.exp), (-3.0, 1.0), 2),
+    # REFLECT on H (one-element slices) and on C (the 1x1 anti-identity CONV_2D)
+    "mirror_pad_as_slices": (_fn(lambda x: tf.pad(x, [[0, 0], [2, 2], [0, 0], [3, 3]],
+                                                  mode="REFLECT")), (-1.0, 1.0), 0),
+    # Basic Pitch's CQT magnitude: re**2 + im**2 summed over an axis of 2
+    "sum_as_adds": (_fn(lambda x: tf.reduce_sum(x * x, -1), (1, 4, 4, 2)), (-1.0, 1.0), 0),
 }
 
 
