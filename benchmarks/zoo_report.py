@@ -47,10 +47,14 @@ def figures(case: dict[str, Any], target: str) -> dict[str, dict[str, Any]]:
         judge = base.get("judge") or {}
         acc = judge.get("accuracy") or {}
         ok = (base.get("result") or {}).get("ok")
+        bad = ((judge.get("targets") or {}).get("onnx") or {}).get("unsupported") or []
+        text = ("exported" if ok else "export failed: "
+                + str((base.get("result") or {}).get("error", "?"))[:80])
+        if ok and bad:  # written, but not a model the runtimes load
+            text = "exported with non-ONNX op(s) " + ", ".join(
+                f"{u['op']} x{u['count']}" for u in bad)
         out["plain_tflite"] = {"placed": None, "vela_ms": None, "cosine": acc.get("cosine"),
-                               "max_rel_error": acc.get("max_rel_error"),
-                               "text": "exported" if ok else "export failed: "
-                               + str((base.get("result") or {}).get("error", "?"))[:80]}
+                               "max_rel_error": acc.get("max_rel_error"), "text": text}
         return out
     for kind in ("plain_tflite", "onnx2tf"):
         base = case.get(kind) or {}
@@ -66,11 +70,31 @@ def figures(case: dict[str, Any], target: str) -> dict[str, dict[str, Any]]:
 
 
 def _why(base: dict[str, Any]) -> str:
-    """``: <the last line of the failing step's stderr>`` (shortened), or nothing."""
+    """``: <why the failing step failed>`` (shortened), or nothing: the signal that killed it,
+    else its last ``...Error: ...`` line, else its last line that is not a TF log line."""
+    import re
+    import signal
+
     for step in (base.get("quantise") or {}, base):
-        lines = [ln.strip() for ln in str(step.get("stderr") or "").splitlines() if ln.strip()]
-        if step.get("exit") not in (0, None) and lines:
-            return ": " + lines[-1][:90].replace("|", "/")
+        code = step.get("exit")
+        if code in (0, None, "0"):
+            continue
+        try:
+            code = int(code)
+        except (TypeError, ValueError):
+            code = 1
+        if code < 0:
+            try:
+                return f": died with {signal.Signals(-code).name}"
+            except ValueError:
+                return f": died with signal {-code}"
+        lines = [ln.strip() for ln in str(step.get("stderr") or "").splitlines()
+                 if ln.strip() and not re.match(r"^([IWEF]\d{4} |WARNING: All log messages)",
+                                                ln.strip())]
+        errors = [ln for ln in lines if re.search(r"\w+(Error|Exception): ", ln)]
+        text = (errors or lines or [""])[-1]
+        if text:
+            return ": " + text[:120].replace("|", "/")
     return ""
 
 
@@ -150,7 +174,7 @@ def render_md(doc: dict[str, Any]) -> str:
                          + f" | {cos} | {f['rewrite']['exit']} |")
     lines += ["", "## Wall time and peak memory against the plain converter", "",
               "Peak memory is that of the whole process tree (the job's supervisor, the job and "
-              "its converter worker; sampled every 0.1 s): the largest sum of their RSS (each "
+              "the conversion it runs in-process; sampled every 0.1 s): the largest sum of their RSS (each "
               "process counts TensorFlow's ~400 MB of shared libraries again) and the "
               "footprint (private pages of every process, shared file pages once). The plain "
               "converter runs in one process (RSS = footprint); for the ONNX target the baseline "
