@@ -22,13 +22,13 @@ Range per quantised tensor, from the float values it should hold: ``median_abs``
 values; ``ref_max_abs`` is the peak) and ``below_step``, the share of the nonzero values whose
 magnitude is below one quantisation step (they read as 0 or one step: relative error >= 50%).
 Exact zeros are left out of both, since the zero point holds them exactly (half a ReLU's output
-is 0), and so are values below :data:`NEGLIGIBLE` of the largest magnitude the tensor holds
+is 0), and so are values below :data:`~rewriter.verify.range_stats.NEGLIGIBLE` of the largest magnitude the tensor holds
 (below half an int16 step of that range: no 8- or 16-bit scale holds them, and float rounding
 noise lies there, e.g. where a rule's ramps cancel, ~5e-6 of the peak); ``zeros`` is their
 share. ``below_int16_step``: the share of the values other than exact zeros below the int16
 step the 16x8 scheme would give the tensor (symmetric, the same range: the largest magnitude
 the int8 tensor holds / 32767). A
-tensor with more than :data:`STARVED` of its values below one step is *range-starved*: its
+tensor with more than :data:`~rewriter.verify.range_stats.STARVED` of its values below one step is *range-starved*: its
 typical value is carried by one or two int8 levels, and only its few largest values survive.
 
 Operators are grouped into *layers* by name scope (the Keras layer: ``model/elu1/...`` is layer
@@ -52,6 +52,7 @@ from rewriter.graph import GraphIndex
 from rewriter.model import Model, WeightsFunction
 from rewriter.procmem import release
 from rewriter.verify.divergence import name_key
+from rewriter.verify.range_stats import FIXED_RANGE, STARVED, RangeStats, range_section
 from rewriter.verify.runners import RunnerError, TFLiteIO
 
 #: How many layers the table lists (largest growth first).
@@ -61,21 +62,6 @@ WORST = 10
 MIN_PER_CHANNEL = 16
 _CALL = re.compile(r"^(?:Stateful)?PartitionedCall(?:_\d+)?$")
 _QUANTISED = (np.int8, np.uint8, np.int16)
-#: A quantised tensor is range-starved when more than this share of its nonzero float values is
-#: below one quantisation step. At 0.5 the median value itself is held by 0 or 1 step (relative
-#: error >= 50%); a well-conditioned tensor (a Gaussian-like one whose peak is ~5 standard
-#: deviations, held by 255 steps) has ~2% of its values there, a heavy-tailed one 10-20%.
-STARVED = 0.5
-#: Values below this share of the largest magnitude a quantised tensor holds count as zero.
-NEGLIGIBLE = 2.0 ** -16
-#: Ops whose int8 output step is fixed by the TFLite int8 spec (1/256 for SOFTMAX and LOGISTIC,
-#: 1/128 for TANH), not calibrated: a confident classifier's probabilities are mostly below it,
-#: and neither a cut nor a compressed range changes that; they are measured, never flagged.
-FIXED_RANGE = frozenset({"SOFTMAX", "LOGISTIC", "TANH", "LOG_SOFTMAX"})
-#: Nonzero values kept per tensor and sample for the median (a strided subsample).
-_MEDIAN_KEEP = 4096
-
-
 @dataclass
 class OpError:
     """The int8 error of one operator's output against the float tensor it computes."""
@@ -152,7 +138,7 @@ class Int8Layers:
     range_report: dict[str, Any] | None = None
 
     def starved(self) -> list[OpError]:
-        """The range-starved quantised tensors (see :data:`STARVED`), in execution order."""
+        """The range-starved quantised tensors (see :data:`~rewriter.verify.range_stats.STARVED`), in execution order."""
         return [x for x in self.ops if x.starved]
 
     def cut_after(self, row: OpError) -> list[OpError]:
@@ -284,7 +270,7 @@ def int8_layer_errors(path: str | os.PathLike, model: Model,
     del cut
     release()
     total = {i: _Acc() for i in order}
-    spans = {i: _Range(tfl, i) for i in order}
+    spans = {i: RangeStats(tfl, i) for i in order}
     own = {g[-1]: _Acc() for g in groups}
     fetch = sorted({f"{matches[i]}:0" for i in order if position[i] >= 0})
     reference = WeightsFunction(model.graph_def, [(s.tensor, s.shape, s.dtype)
@@ -519,70 +505,6 @@ class _Acc:
         self.dot += float(np.sum(r * t))
         self.n += r2.shape[0]
         self.channel_max = np.maximum(self.channel_max, np.abs(r2).max(axis=0, initial=0.0))
-
-
-class _Range:
-    """What one quantisation step of a tensor leaves of its float values (module docstring)."""
-
-    def __init__(self, tfl: _Tensors, index: int) -> None:
-        self.step = tfl.step(index)
-        self.step16 = None
-        self.floor = 0.0
-        if self.step is not None:
-            d = tfl.details[index]
-            info = np.iinfo(np.dtype(d["dtype"]))
-            q = d.get("quantization_parameters") or {}
-            zp = float(np.asarray(q.get("zero_points", [0]))[0])
-            held = max(abs(info.min - zp), abs(info.max - zp)) * self.step
-            self.step16 = held / 32767
-            self.floor = held * NEGLIGIBLE
-        self.small = self.small16 = self.nonzero = self.total = self.positive = 0
-        self.kept: list[np.ndarray] = []
-
-    def add(self, ref: np.ndarray) -> None:
-        a = np.abs(np.asarray(ref, np.float64)).ravel()
-        a = a[np.isfinite(a)]
-        nz = a[a > self.floor]
-        self.total += a.size
-        self.nonzero += nz.size
-        if self.step is not None:
-            self.small += int(np.count_nonzero(nz < self.step))
-            # int16 loses what is below its own step, the negligible values too
-            self.small16 += int(np.count_nonzero((a > 0) & (a < self.step16)))
-            self.positive += int(np.count_nonzero(a))
-        self.kept.append(nz[:: max(1, nz.size // _MEDIAN_KEEP)].astype(np.float32))
-
-    def fill(self, row: OpError) -> OpError:
-        kept = np.concatenate(self.kept) if self.kept else np.zeros(0, np.float32)
-        row.median_abs = float(np.median(kept)) if kept.size else 0.0
-        row.zeros = 1 - self.nonzero / self.total if self.total else 0.0
-        if self.step is not None:
-            row.below_step = self.small / self.nonzero if self.nonzero else 0.0
-            row.below_int16_step = self.small16 / self.positive if self.positive else 0.0
-        return row
-
-
-def range_section(layers: Int8Layers) -> dict[str, Any]:
-    """The target-independent part of the range diagnosis: the threshold, the starved tensors
-    and the one with the largest share below one step (:func:`rewriter.int8_range.diagnose`
-    adds the remedies)."""
-    quantised = [x for x in layers.ops if x.below_step is not None and x.op not in FIXED_RANGE]
-    worst = max(quantised, key=lambda x: x.below_step or 0.0, default=None)
-    return {"threshold": STARVED,
-            "measured": "share of a quantised tensor's nonzero float values (verification "
-                        "samples) whose magnitude is below one quantisation step; values "
-                        f"below {NEGLIGIBLE:.3g} of the largest it holds count as zero",
-            "tensors": [_starved_json(x) for x in quantised if x.starved],
-            "worst": _starved_json(worst) if worst is not None else None,
-            "diagnosis": []}
-
-
-def _starved_json(x: OpError) -> dict[str, Any]:
-    return {"node": x.node, "op": x.op, "index": x.index, "tensor": x.tensor,
-            "dtype": x.dtype, "step": _fin(x.step), "peak": _fin(x.ref_max_abs),
-            "median_abs": _fin(x.median_abs), "below_step": _fin(x.below_step),
-            "below_int16_step": _fin(x.below_int16_step), "zeros": _fin(x.zeros),
-            "starved": x.starved}
 
 
 def _relative_error(acc: _Acc) -> float:

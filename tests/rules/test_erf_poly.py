@@ -39,10 +39,12 @@ def test_float64_error_within_the_stated_bound(fn):
 
 
 def test_float32_error_within_the_bound_plus_float32_rounding():
-    """About 25 float32 ops near 1.0 round to a few ulps (2**-23 each): allow 8 ulps."""
+    """About 25 float32 ops near 1.0 round to a few ulps (2**-23 each), and how many depends
+    on the CPU's kernels (TF's float32 erf and EXP differ by instruction set): measured 1.26e-6
+    (10.6 ulps) on an Intel Xeon with AVX-512, under 8 ulps on an AMD EPYC. Allow 16 ulps."""
     before, result = rewritten(tf.math.erf, RULE, (N,))
     err = max_abs(*outputs(before, result.model, dense_line(-12.0, 12.0, N)))
-    assert err <= RULE.bound.max_abs_error + 8 * 2.0**-23
+    assert err <= RULE.bound.max_abs_error + 16 * 2.0**-23
 
 
 def test_tflite_float_converts_without_flex_and_int8_quantizes_every_op(tmp_path):
