@@ -155,3 +155,27 @@ def conv_bn_elu_chain(blocks: int, channels: int = 4, size: int = 8, seed: int =
     return Model(gd, [TensorSpec("input", "input:0", shape, "float32")],
                  [TensorSpec("output", f"{prev}:0", shape, "float32")],
                  Source("<chain>", "memory"))
+
+
+def edgetpu_before_after(before: Model, after: Model, data: Sequence[Mapping[str, np.ndarray]],
+                         directory: Any, cut_op: str) -> tuple[Any, Any]:
+    """Both models converted to full int8 on ``data`` into ``directory`` (``before.tflite``,
+    ``after.tflite``) and judged by the Edge TPU table: the original must be cut at
+    ``cut_op``, the rewrite must have no cut and no unsupported op. The two paths."""
+    from pathlib import Path
+
+    from rewriter.export.tflite import export_tflite
+    from rewriter.targets import load_target
+
+    target = load_target("edgetpu")
+    paths = {}
+    for m, name in ((before, "before"), (after, "after")):
+        paths[name] = Path(directory) / f"{name}.tflite"
+        export_tflite(m, paths[name], quantize="int8", calibration=list(data))
+    cut = target.check_artifact(str(paths["before"])).cut
+    assert cut is not None and cut["op"] == cut_op, cut
+    check = target.check_artifact(str(paths["after"]))
+    bad = [v.reason for v in check.verdicts if not v.supported and v.reason]
+    assert check.cut is None and bad == [], bad
+    return paths["before"], paths["after"]
+

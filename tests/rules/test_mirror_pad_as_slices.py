@@ -86,22 +86,14 @@ def _int8_run(path, x):
 
 @pytest.mark.parametrize("shape, paddings, mode", [CASES[0], CASES[1], CASES[3]])
 def test_int8_file_passes_the_edge_tpu_table_within_one_step(shape, paddings, mode, tmp_path):
-    from rewriter.export.tflite import export_tflite
-    from rewriter.targets import load_target
+    from rewriter.rules.testing import edgetpu_before_after
 
-    target = load_target("edgetpu")
     model = model_from_function(_pad(paddings, mode), [shape])
     rng = np.random.default_rng(0)
     data = [{"x0": rng.uniform(-1, 1, shape).astype("f4")} for _ in range(8)]
-    after = apply_rules(model, [RULE]).model
-    for m, name in ((model, "before"), (after, "after")):
-        export_tflite(m, tmp_path / f"{name}.tflite", quantize="int8", calibration=data)
-    before = target.check_artifact(str(tmp_path / "before.tflite"))
-    assert before.cut is not None and before.cut["op"] == "MIRROR_PAD", before.cut
-    check = target.check_artifact(str(tmp_path / "after.tflite"))
-    bad = [v.reason for v in check.verdicts if not v.supported and v.reason]
-    assert check.cut is None and bad == [], bad
+    _, after = edgetpu_before_after(model, apply_rules(model, [RULE]).model, data, tmp_path,
+                                    "MIRROR_PAD")
     x = rng.uniform(-1, 1, shape).astype("f4")
-    got, scale = _int8_run(tmp_path / "after.tflite", x)
+    got, scale = _int8_run(after, x)
     err = np.abs(got - tf.pad(x, paddings, mode=mode).numpy()).max()
     assert err <= 1.0 * scale, (err, scale)  # measured 0.49-0.50 steps: the input's rounding
