@@ -251,6 +251,21 @@ def sample_case() -> Case:
 
 
 # ----------------------------------------------------------------------------- baseline
+def load_keras(path: Path) -> Any:
+    """The Keras model at ``path``: Keras 3, or tf_keras for a Keras 2 ``.h5`` that Keras 3
+    cannot read (tf_keras.applications' RegNet, whose layers are TFOpLambda)."""
+    import keras
+
+    try:
+        return keras.models.load_model(path, compile=False)
+    except (ValueError, TypeError):
+        if Path(path).suffix not in (".h5", ".hdf5"):
+            raise
+        import tf_keras
+
+        return tf_keras.models.load_model(path, compile=False)
+
+
 def baseline_tflite(case: Case, quantize: str, out: Path) -> dict[str, Any]:
     """Plain TFLiteConverter on the original Keras model at batch 1: full int8 with int8 I/O
     (the accelerators' setting), or float16; no rewriting."""
@@ -258,13 +273,18 @@ def baseline_tflite(case: Case, quantize: str, out: Path) -> dict[str, Any]:
     import tensorflow as tf
 
     start = time.perf_counter()
-    km = keras.models.load_model(case.path, compile=False)
+    km = load_keras(case.path)
     cal = np.load(case.calibration)
     specs = [tf.TensorSpec((1, *i.shape[1:]), i.dtype) for i in km.inputs]
-    sm = out.parent / f"baseline_{quantize}_savedmodel"
-    with contextlib.redirect_stdout(io.StringIO()):  # batch 1, as the job converts
-        km.export(str(sm), format="tf_saved_model", input_signature=specs)
-    conv = tf.lite.TFLiteConverter.from_saved_model(str(sm))
+    if isinstance(km, keras.Model):
+        sm = out.parent / f"baseline_{quantize}_savedmodel"
+        with contextlib.redirect_stdout(io.StringIO()):  # batch 1, as the job converts
+            km.export(str(sm), format="tf_saved_model", input_signature=specs)
+        conv = tf.lite.TFLiteConverter.from_saved_model(str(sm))
+    else:  # a tf_keras (Keras 2) model, as its users convert it
+        fn = tf.function(lambda *xs: km(list(xs) if len(xs) > 1 else xs[0], training=False))
+        conv = tf.lite.TFLiteConverter.from_concrete_functions(
+            [fn.get_concrete_function(*specs)], km)
     conv.optimizations = [tf.lite.Optimize.DEFAULT]
     if quantize == "int8":
         conv.representative_dataset = lambda: ([x[None]] for x in cal)
@@ -301,13 +321,12 @@ def baseline_accuracy(path: str, case: Case) -> dict[str, float]:
     """Cosine and max error (relative to the output scale) of the baseline file's outputs vs
     the original Keras model in float, on the verification data; with several outputs, the
     worst (outputs are paired by size, then in order)."""
-    import keras
 
     from rewriter.stages import run_samples
     from rewriter.verify.factory import artifact_runner
 
     data = np.load(case.data)
-    out = keras.models.load_model(case.path, compile=False)(data, training=False)
+    out = load_keras(case.path)(data, training=False)
     refs = list(out.values()) if isinstance(out, dict) else (
         list(out) if isinstance(out, (list, tuple)) else [out])
     refs = [np.asarray(r, dtype=np.float64).reshape(len(data), -1) for r in refs]
