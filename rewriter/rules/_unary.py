@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -187,17 +187,16 @@ def fit_ramps(fn: UnaryFunction, lo: float, hi: float, max_segments: int = MAX_S
     with np.errstate(all="ignore"):
         exact = fn.f(dense)
     nonnegative = bool(np.all(exact >= 0))
-    fit = RampFit(fn, knots, values, (float(flo), float(fhi)), (float(lo), float(hi)), 0.0, tol,
-                  nonnegative=nonnegative)
+    fit = RampFit(fn, knots, values, (float(flo), float(fhi)), (float(lo), float(hi)), 0.0,
+                  float(tol), nonnegative=nonnegative)
     with np.errstate(all="ignore"):
         err = float(np.max(np.abs(fit(dense) - exact)))
     err_knots = float(np.max(np.abs(fit(knots) - fn.f(knots))))
     # float32 rounding of the evaluation on top of the float64 reference
     slack = 4 * np.finfo(np.float32).eps * (1.0 + float(np.max(np.abs(ys))))
     # at a jump the fit crosses over 2 * JUMP_WIDTH: there it can be off by the jump itself
-    return RampFit(fn, knots, values, fit.fit_range, fit.observed,
-                   float(max(err, err_knots, *jumps) + slack), float(tol), tuple(jumps),
-                   nonnegative)
+    return replace(fit, max_abs_error=float(max(err, err_knots, *jumps) + slack),
+                   jumps=tuple(jumps))
 
 
 #: Half-width of the ramp that replaces a jump, relative to the fitted range's width.
