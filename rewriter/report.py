@@ -179,7 +179,7 @@ def summary(report: dict[str, Any], attempt: Attempt, synthetic: bool) -> str:
                      f"(min cosine {worst:.5f})" + _nonfinite(art, "artifact")
                      + _degenerate(art)
                      + (f" in {RUNTIME_TITLES[attempt.artifact.runtime]}, not in the target's "
-                        "runtime" if getattr(attempt.artifact, "fallback", None) else ""))
+                        "runtime" if attempt.artifact.fallback else ""))
     if synthetic:
         parts.append("verified on SYNTHETIC data only (give --data or --calibration)")
     return "; ".join(parts) + "."

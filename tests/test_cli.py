@@ -216,7 +216,7 @@ def test_a_degenerate_reference_is_named_next_to_its_cosine():
     assert "nearly zero" in art.degenerate_text() and "logits" in art.degenerate_text()
     attempt = SimpleNamespace(rewrite=SimpleNamespace(applied=[]),
                               deployment=SimpleNamespace(verdict=None), tf=compare(ref, ref),
-                              artifact=SimpleNamespace(comparison=art))
+                              artifact=SimpleNamespace(comparison=art, fallback=None))
     summary = job_summary({}, attempt, synthetic=False)
     assert "min cosine 0.00000" in summary and "nearly zero" in summary
     healthy = compare({"y": np.ones(4)}, {"y": np.ones(4)})
