@@ -145,3 +145,33 @@ def test_a_file_tflite_micro_fails_to_run_is_measured_in_litert_and_not_ok(cli, 
     assert "in LiteRT, not in the target's runtime" in report["summary"]
     assert report["ok"] is False
     assert min(o["cosine"] for o in artifact["outputs"].values()) > 0.999
+
+
+def test_the_arena_grows_until_the_model_fits_and_the_largest_sizes_error_is_raised():
+    """``_interpreter`` against a stand-in runtime whose allocation fails below ``need`` bytes:
+    it is given the first size that fits; when none does, the largest size's error is raised."""
+    from types import SimpleNamespace
+
+    from rewriter.verify.tflm import MAX_ARENA, _interpreter, arena_sizes
+
+    def runtime(need):
+        tried = []
+
+        def from_bytes(data, arena_size):
+            tried.append(arena_size)
+            if arena_size < need:
+                raise RuntimeError(f"arena {arena_size} too small")
+            return ("interpreter", arena_size)
+
+        return SimpleNamespace(Interpreter=SimpleNamespace(from_bytes=from_bytes)), tried
+
+    sizes = arena_sizes(100)
+    assert len(sizes) >= 3 and sizes[-1] == MAX_ARENA
+    rt, tried = runtime(sizes[2])
+    assert _interpreter(rt, b"x" * 100) == ("interpreter", sizes[2]) and tried == sizes[:3]
+    rt, tried = runtime(sizes[-1])
+    assert _interpreter(rt, b"x" * 100) == ("interpreter", sizes[-1]) and tried == sizes
+    rt, tried = runtime(MAX_ARENA + 1)
+    with pytest.raises(RuntimeError, match=f"arena {MAX_ARENA} too small"):
+        _interpreter(rt, b"x" * 100)
+    assert tried == sizes
