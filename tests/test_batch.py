@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from rewriter.batch import (
     reusable,
 )
 from rewriter.errors import UserError
+from rewriter.supervise import _STAGE, ENV_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
@@ -330,6 +332,40 @@ def test_batch_refuses_a_directory_it_did_not_write(tmp_path, cli):
     assert code == 2 and "--workers must be at least 1" in err
 
 
+def _wait_for(proc: subprocess.Popen, what: str, condition: Callable[[], bool],
+              timeout: float = 600.0) -> None:
+    """Poll ``condition`` until it holds; the test fails naming ``what`` if the batch ``proc``
+    ends first or ``timeout`` seconds pass (the batch is stopped)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            _, err = proc.communicate(timeout=60)
+            pytest.fail(f"no {what} (batch exit {proc.returncode}): {err[-2000:]}")
+        time.sleep(0.05)
+
+
+def _job_stage(outdir: Path) -> str:
+    """The stage of the job writing ``outdir``: what its supervised work process wrote to the
+    stage file in its supervisor's directory (:func:`rewriter.supervise.set_stage`), found in
+    Linux's ``/proc`` by the command line naming ``outdir`` (resolved, as the batch passes it);
+    "" before there is one."""
+    key, arg = (ENV_DIR + "=").encode(), os.fsencode(outdir.resolve())
+    for pid in os.listdir("/proc"):
+        try:
+            if not pid.isdigit() or arg not in Path(
+                    f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
+                continue
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            for var in env:
+                if var.startswith(key):
+                    return (Path(os.fsdecode(var[len(key):])) / _STAGE).read_text().strip()
+        except OSError:  # ended meanwhile, or no stage written yet
+            continue
+    return ""
+
+
 def test_interrupt_keeps_finished_jobs_and_records_them(tmp_path):
     """Ctrl-C after the first of two jobs: exit 2, the first job's directory and record stay,
     the second leaves nothing behind and is listed as not run."""
@@ -340,12 +376,12 @@ def test_interrupt_keeps_finished_jobs_and_records_them(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "rewriter.cli", "batch", str(manifest), "-o",
                              str(out), "--workers", "1"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if previous_records(out) and (out / "logs" / "convbn_elu-onnx.log").exists():
-            break
-        time.sleep(0.2)
-    time.sleep(2)  # the second job is importing TensorFlow
+    # the first job recorded, the second one's work process past its start (checking its
+    # arguments or importing TensorFlow, where an interrupt is its own to handle), however slow
+    # a loaded machine makes either
+    _wait_for(proc, "record of the first job", lambda: bool(previous_records(out)))
+    _wait_for(proc, "second job past its start",
+              lambda: _job_stage(out / "convbn_elu-onnx") not in ("", "starting"))
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 2, err
