@@ -63,6 +63,8 @@ class Model:
     outputs: list[TensorSpec]
     source: Source
     _fn_cache: dict[tuple[str, ...], Any] = field(default_factory=dict, repr=False, compare=False)
+    _weights: tuple[GraphDef, dict[str, Any]] | None = field(default=None, repr=False,
+                                                             compare=False)
 
     # ----------------------------------------------------------------- structure
     def op_histogram(self) -> dict[str, int]:
@@ -85,16 +87,40 @@ class Model:
         return self.with_graph(copy.deepcopy(self.graph_def))
 
     # ----------------------------------------------------------------- running
-    def concrete_function(self, fetches: Sequence[str] | None = None) -> Any:
+    def concrete_function(self, fetches: Sequence[str] | None = None,
+                          constants: bool = False) -> Any:
         """A TF concrete function with this model's inputs as arguments.
 
         ``fetches`` are graph tensor names (default: the signature outputs). The function returns
-        a list of tensors in that order.
+        a list of tensors in that order. By default it reads the model's weights from variables
+        shared by all of this model's functions (:meth:`weights`): each function then holds a
+        graph without its weights, where one over constants copies them at every step TensorFlow
+        takes (import, pruning, the function definition, Grappler). ``constants`` builds it over
+        the frozen graph as it is, for callers that freeze the function again and need the weight
+        nodes under their own names (:func:`rewriter.frontends._normalize.lower_control_flow`).
         """
         fetches = tuple(fetches) if fetches is not None else tuple(o.tensor for o in self.outputs)
-        fn = self._fn_cache.get(fetches)
+        key = ("constants", *fetches) if constants else fetches
+        fn = self._fn_cache.get(key)
         if fn is not None:
             return fn
+        fn = self._constant_function(fetches) if constants else self._weights_function(fetches)
+        self._fn_cache[key] = fn
+        return fn
+
+    def weights(self) -> tuple[GraphDef, dict[str, Any]]:
+        """``(graph, variables)`` of :func:`lift_weights`, made once and shared by this model's
+        functions until :meth:`forget_functions`."""
+        if self._weights is None:
+            self._weights = lift_weights(self.graph_def)
+        return self._weights
+
+    def _weights_function(self, fetches: tuple[str, ...]) -> Any:
+        graph, variables = self.weights()
+        feeds = [(i.tensor, i.shape, i.dtype) for i in self.inputs]
+        return import_function(graph, variables, feeds, fetches)
+
+    def _constant_function(self, fetches: tuple[str, ...]) -> Any:
         import tensorflow as tf
 
         graph_def = self.graph_def
@@ -106,17 +132,17 @@ class Model:
         graph = wrapped.graph
         feeds = [graph.as_graph_element(i.tensor) for i in self.inputs]
         outs = [graph.as_graph_element(f) for f in fetches]
-        fn = wrapped.prune(feeds=feeds, fetches=outs)
-        self._fn_cache[fetches] = fn
-        return fn
+        return wrapped.prune(feeds=feeds, fetches=outs)
 
     def forget_functions(self, keep_outputs: bool = False) -> None:
-        """Drop the cached TF functions (each holds its own copies of the graph and its weights:
-        one import, one pruned graph, one function definition), except the one computing the
-        signature outputs when ``keep_outputs``; they are rebuilt when needed again."""
+        """Drop the cached TF functions (each holds its own copy of the graph), except the one
+        computing the signature outputs when ``keep_outputs``, and, when none is left, the
+        weights' variables; they are rebuilt when needed again."""
         outputs = tuple(o.tensor for o in self.outputs)
         for key in [k for k in self._fn_cache if not (keep_outputs and k == outputs)]:
             del self._fn_cache[key]
+        if not self._fn_cache:
+            self._weights = None
 
     def run(self, feeds: Mapping[str, np.ndarray],
             fetches: Sequence[str] | None = None) -> dict[str, np.ndarray]:
@@ -211,6 +237,30 @@ def _is_weight(tensor: Any) -> bool:
     return n >= WEIGHT_MIN_ELEMENTS
 
 
+def import_function(graph: GraphDef, variables: Mapping[str, Any],
+                    feeds: Sequence[tuple[str, Sequence[int | None], str]],
+                    fetches: Sequence[str]) -> Any:
+    """A concrete function importing ``graph`` (of :func:`lift_weights`) under its nodes' own
+    names, each weight tensor mapped to its variable's value: called with one tensor per feed
+    (graph tensor name, shape, numpy dtype name), it returns the ``fetches`` (graph tensor
+    names), a list in that order.
+
+    A pruned ``wrap_function``, not a ``tf.function``: a ``tf.function`` adds control edges
+    from stateful ops to its outputs, which TF1 control flow (a frozen Keras LSTM's while
+    frame) does not allow."""
+    import tensorflow as tf
+
+    def _import() -> None:
+        with tf.name_scope("rewriter_weights"):
+            input_map = {name: var.read_value() for name, var in variables.items()}
+        tf.compat.v1.import_graph_def(graph, input_map=input_map, name="")
+
+    wrapped = tf.compat.v1.wrap_function(_import, [])
+    g = wrapped.graph
+    return wrapped.prune(feeds=[g.as_graph_element(f) for f, _, _ in feeds],
+                         fetches=[g.as_graph_element(f) for f in fetches])
+
+
 class WeightsFunction:
     """A TF function over ``graph_def`` with its weights as variables (:func:`lift_weights`):
     called with one array per feed (graph tensor name, shape, numpy dtype name), it returns the
@@ -219,24 +269,10 @@ class WeightsFunction:
     def __init__(self, graph_def: GraphDef,
                  feeds: Sequence[tuple[str, Sequence[int | None], str]],
                  fetches: Sequence[str]) -> None:
-        import tensorflow as tf
-
         graph, self.variables = lift_weights(graph_def)
-        names = [f for f, _, _ in feeds]
         self.dtypes = [d for _, _, d in feeds]
         self.fetches = list(fetches)
-        specs = [tf.TensorSpec([None if d is None or d < 0 else d for d in shape],
-                               tf.as_dtype(dtype)) for _, shape, dtype in feeds]
-        weights = self.variables
-
-        @tf.function(input_signature=specs, autograph=False)
-        def fn(*args: Any) -> list[Any]:
-            input_map = dict(zip(names, args, strict=True))
-            input_map.update({name: var.read_value() for name, var in weights.items()})
-            return tf.graph_util.import_graph_def(graph, input_map=input_map,
-                                                  return_elements=list(fetches), name="")
-
-        self.fn = fn.get_concrete_function()
+        self.fn = import_function(graph, self.variables, feeds, fetches)
 
     def __call__(self, *arrays: np.ndarray) -> dict[str, np.ndarray]:
         import tensorflow as tf

@@ -57,8 +57,8 @@ def test_converter_saved_model_holds_the_weights_as_variables(dense_model, tmp_p
 
     from rewriter.export.saved_model import export_saved_model
 
-    export_saved_model(dense_model, tmp_path / "vars", variables=True)
-    export_saved_model(dense_model, tmp_path / "consts")
+    export_saved_model(dense_model, tmp_path / "vars")  # the default: the job's SavedModel too
+    export_saved_model(dense_model, tmp_path / "consts", variables=False)
     assert (tmp_path / "vars" / "variables" / "variables.index").is_file()
     loaded = tf.saved_model.load(str(tmp_path / "vars"))
     assert sorted(int(np.prod(v.shape)) for v in loaded.weights) == [2048, 8192]
@@ -70,3 +70,31 @@ def test_converter_saved_model_holds_the_weights_as_variables(dense_model, tmp_p
     got = next(iter(fn(image=tf.constant(x)).values())).numpy()
     want = dense_model.run({"image": x})[dense_model.outputs[0].name]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_model_functions_share_one_set_of_weight_variables(dense_model):
+    """Model.run's functions (one per fetch set) read the weights from variables made once per
+    model: no function graph holds them, the results are those of the graph with constants."""
+    model = dense_model.copy()
+    rng = np.random.default_rng(2)
+    feeds = {"image": rng.uniform(-1, 1, (1, 8, 8, 3)).astype(np.float32)}
+    hidden = next(n.name for n in model.graph_def.node if n.op == "Relu") + ":0"
+    got = model.run(feeds, fetches=[hidden, model.outputs[0].tensor])
+    _, variables = model.weights()
+    out = model.run(feeds)[model.outputs[0].name]
+    assert model.weights()[1] is variables and len(variables) == 2
+    weights = 4 * (2048 + 8192)
+    for fn in (model.concrete_function(), model.concrete_function([hidden,
+                                                                  model.outputs[0].tensor])):
+        assert fn.graph.as_graph_def().ByteSize() < weights
+    frozen = model.concrete_function(constants=True)
+    assert frozen.graph.as_graph_def().ByteSize() > weights
+    import tensorflow as tf
+
+    x = frozen(tf.constant(feeds["image"]))
+    want = (x[0] if isinstance(x, (list, tuple)) else x).numpy()
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(got[model.outputs[0].tensor], want, rtol=1e-6, atol=1e-7)
+    assert got[hidden].shape == (1, 32) and got[hidden].min() >= 0
+    model.forget_functions()
+    assert model._weights is None

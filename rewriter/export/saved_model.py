@@ -1,9 +1,9 @@
 """The rewritten float model as a SavedModel, and the named serving function behind it.
 
-:func:`serving_function` wraps ``Model.concrete_function()`` (a pruned ``wrap_function`` over the
-frozen graph) in a ``tf.function`` whose arguments are named after the model's input
-``TensorSpec`` names and which returns a dict keyed by the output names. The SavedModel export
-and the TFLite converter both use it, so the ``serving_default`` signature of the SavedModel and
+:func:`serving_function` imports the graph, its weights read from variables
+(:meth:`rewriter.model.Model.weights`), in a ``tf.function`` whose arguments are named after the
+model's input ``TensorSpec`` names and which returns a dict keyed by the output names. The
+SavedModel export and the TFLite converter both use it, so the ``serving_default`` signature of the SavedModel and
 the signature inside the ``.tflite`` carry the same names as the :class:`Model`.
 """
 
@@ -19,48 +19,26 @@ from rewriter.fsutil import make_temp_dir, replace_dir
 from rewriter.model import Model, signature_names
 
 
-def serving_function(model: Model) -> tuple[Any, Any]:
+def serving_function(model: Model, variables: bool = True) -> tuple[Any, Any]:
     """``(module, concrete_function)``: a named-signature serving function over the graph.
 
-    The module holds the ``tf.function`` (the TFLite converter and ``tf.saved_model.save`` need
-    a trackable object); the concrete function takes the inputs positionally, in model order.
+    The function imports the graph under the nodes' own names (the TFLite converter names the
+    ``.tflite``'s tensors after them; the per-layer int8 comparison matches them by name). With
+    ``variables`` (the default) each weight's tensor is mapped to a variable's value
+    (:meth:`rewriter.model.Model.weights`; the constant node stays, a scalar nobody reads), as a
+    Keras model's SavedModel holds its weights: the TFLite converter reads such a SavedModel
+    with much less memory (measured on TF 2.21, ResNet50 at 64x64, full int8: its peak 1.0 GB
+    above TensorFlow's own from variables, 2.2 GB from the same graph with its weights as
+    constants) and freezes them back itself. Without, the weights stay constants in the graph
+    (the converter's fallback for a graph the variables' route cannot import).
+
+    The module holds the ``tf.function`` and the variables (the TFLite converter and
+    ``tf.saved_model.save`` need a trackable object); the concrete function takes the inputs
+    positionally, in model order.
     """
     import tensorflow as tf
 
-    pruned = model.concrete_function()
-    in_names = signature_names([i.name for i in model.inputs], "input")
-    out_names = signature_names([o.name for o in model.outputs], "output")
-    specs = [tf.TensorSpec([1 if d is None else d for d in i.shape], tf.as_dtype(i.dtype),
-                           name=n) for i, n in zip(model.inputs, in_names, strict=True)]
-
-    @tf.function(input_signature=specs, autograph=False)
-    def serve(*args: Any) -> dict[str, Any]:
-        outs = pruned(*args)
-        if not isinstance(outs, (list, tuple)):
-            outs = [outs]
-        return {n: tf.identity(t, name=n) for n, t in zip(out_names, outs, strict=True)}
-
-    module = tf.Module()
-    module.serve = serve
-    return module, serve.get_concrete_function()
-
-
-def converter_module(model: Model) -> tuple[Any, Any]:
-    """Like :func:`serving_function`, with the model's weights as variables
-    (:func:`rewriter.model.lift_weights`), as a Keras model's SavedModel holds them: the TFLite
-    converter reads such a SavedModel with much less memory (measured on TF 2.21, ResNet50 at
-    64x64, full int8: its peak 1.0 GB above TensorFlow's own from variables, 2.2 GB from the
-    same graph with its weights as constants) and freezes them back itself.
-
-    The function imports the graph under the nodes' own names (the converter names the
-    ``.tflite``'s tensors after them; the per-layer int8 comparison matches them by name) with
-    each weight's tensor mapped to its variable's value (the constant node stays, a scalar nobody
-    reads)."""
-    import tensorflow as tf
-
-    from rewriter.model import lift_weights
-
-    graph, lifted = lift_weights(model.graph_def)
+    graph, lifted = model.weights() if variables else (model.graph_def, {})
     module = tf.Module()
     module.weights = list(lifted.values())
     in_names = signature_names([i.name for i in model.inputs], "input")
@@ -75,7 +53,7 @@ def converter_module(model: Model) -> tuple[Any, Any]:
         feeds = dict(zip(tensors, args, strict=True))
         feeds.update({name: var.read_value() for name, var in lifted.items()})
         outs = tf.graph_util.import_graph_def(graph, input_map=feeds, return_elements=fetches,
-                                              name="")  # the nodes' own names, in the .tflite
+                                              name="")
         return {n: tf.identity(t, name=n) for n, t in zip(out_names, outs, strict=True)}
 
     module.serve = serve
@@ -83,16 +61,15 @@ def converter_module(model: Model) -> tuple[Any, Any]:
 
 
 def export_saved_model(model: Model, directory: str | os.PathLike,
-                       variables: bool = False) -> ExportResult:
-    """Write the model as a SavedModel with a ``serving_default`` signature, atomically; with
-    ``variables``, its weights as variables (:func:`converter_module`: what the TFLite
-    converter reads)."""
+                       variables: bool = True) -> ExportResult:
+    """Write the model as a SavedModel with a ``serving_default`` signature, atomically; its
+    weights as variables unless ``variables`` is false (:func:`serving_function`)."""
     import tensorflow as tf
 
     start = time.perf_counter()
     target = Path(directory)
     target.parent.mkdir(parents=True, exist_ok=True)
-    module, fn = converter_module(model) if variables else serving_function(model)
+    module, fn = serving_function(model, variables)
     tmp = make_temp_dir(target.parent, f".{target.name}.")
     try:
         # The front end drops tf.custom_gradient markers (IdentityN with a _gradient_op_type, as
@@ -113,4 +90,4 @@ def export_saved_model(model: Model, directory: str | os.PathLike,
         warnings.append("input names are not valid signature keys; signature uses input_<i>")
     return ExportResult(path=str(target), format="saved_model", quantize="none", size=size,
                         ops=[], warnings=warnings, seconds=time.perf_counter() - start,
-                        route="tf.saved_model.save(tf.function over Model.concrete_function())")
+                        route="tf.saved_model.save(serving_function(model))")

@@ -2,7 +2,7 @@
 
 Route (measured on TF 2.21): the named serving function of :mod:`rewriter.export.saved_model`
 is written as a SavedModel with the weights as variables
-(:func:`~rewriter.export.saved_model.converter_module`), every TF function over the graph is
+(:func:`~rewriter.export.saved_model.serving_function`), every TF function over the graph is
 dropped, and ``tf.lite.TFLiteConverter.from_saved_model`` converts the directory, so the
 ``.tflite`` carries a ``serving_default`` signature whose input/output keys are the model's
 ``TensorSpec`` names. ``from_concrete_functions`` with the module as ``trackable_obj`` takes the
