@@ -153,8 +153,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return supervise.supervise(sys.argv[1:])
         if supervise.ENV_DIR in os.environ:
             supervise.attach()
+    try:  # an interrupt while parsing (the command modules import) ends like any other
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except BaseException as exc:  # every way a command can end becomes one line and a code
+        code, message = supervise.exit_code_for(exc)
+        if message:
+            print(f"error: {message}", file=sys.stderr)
+        return code
+
+
+def _main(argv: list[str]) -> int:
     _quiet_tensorflow()
-    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     argv = with_default_command(argv)
     if not argv:
@@ -167,30 +176,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "_module", None) is None:
         parser.print_help()
         return 2
-    try:
-        validate = getattr(args._module, "validate", None)
-        if validate is not None:  # names and paths, before the seconds TensorFlow takes to import
-            supervise.set_stage("checking the arguments")
-            validate(args)
-        if args.command not in _NO_TF_COMMANDS:
-            converts = getattr(args._module, "converts", None)
-            if converts is not None and converts(args):
-                from rewriter import isolate
+    validate = getattr(args._module, "validate", None)
+    if validate is not None:  # names and paths, before the seconds TensorFlow takes to import
+        supervise.set_stage("checking the arguments")
+        validate(args)
+    if args.command not in _NO_TF_COMMANDS:
+        converts = getattr(args._module, "converts", None)
+        if converts is not None and converts(args):
+            from rewriter import isolate
 
-                isolate.prestart()  # the converter worker imports TensorFlow while we do
-            supervise.set_stage("importing TensorFlow")
-            _import_tensorflow_quietly()
-        from rewriter.ui import UI
+            isolate.prestart()  # the converter worker imports TensorFlow while we do
+        supervise.set_stage("importing TensorFlow")
+        _import_tensorflow_quietly()
+    from rewriter.ui import UI
 
-        ui = UI(quiet=args.quiet, json_mode=getattr(args, "json", False))
-        supervise.track_stages(ui)
-        supervise.set_stage(f"running `rewrite {args.command}`")
-        return int(args._module.run(args, ui))
-    except BaseException as exc:  # every way a command can end becomes one line and a code
-        code, message = supervise.exit_code_for(exc)
-        if message:
-            print(f"error: {message}", file=sys.stderr)
-        return code
+    ui = UI(quiet=args.quiet, json_mode=getattr(args, "json", False))
+    supervise.track_stages(ui)
+    supervise.set_stage(f"running `rewrite {args.command}`")
+    return int(args._module.run(args, ui))
 
 
 if __name__ == "__main__":  # pragma: no cover

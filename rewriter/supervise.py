@@ -61,12 +61,19 @@ def supervise(argv: list[str]) -> int:
     env[ENV_DIR] = work
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    proc = subprocess.Popen([sys.executable, "-m", "rewriter.cli", *argv], env=env)
-    # The terminal sends Ctrl-C to both; the child handles it. SIGTERM is passed on.
+    # The terminal sends Ctrl-C to both; the child handles it. SIGTERM is passed on. A signal
+    # that comes before the child exists is held and passed on once it does (SIG_IGN cannot be
+    # set before: the child would inherit it).
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda sig, _frame: proc.send_signal(sig))
+    pending: list[int] = []
+    for sig in previous:
+        signal.signal(sig, lambda sig, _frame: pending.append(sig))
     try:
+        proc = subprocess.Popen([sys.executable, "-m", "rewriter.cli", *argv], env=env)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, lambda sig, _frame: proc.send_signal(sig))
+        for sig in pending:
+            proc.send_signal(sig)
         code = proc.wait()
     finally:
         for sig, handler in previous.items():

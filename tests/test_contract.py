@@ -507,3 +507,39 @@ def test_the_int8_quantizer_crashes_where_validate_says(value, where, dies):
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     assert (proc.returncode < 0) == dies, (proc.returncode, proc.stderr[-500:])
     assert dies or proc.returncode == 0
+
+
+def test_interrupt_while_the_command_modules_import_is_one_line_exit_2(monkeypatch, capsys):
+    import rewriter.cli as cli
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["check", "model.keras"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: interrupted while ") and err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+def test_interrupt_before_the_supervised_child_exists_reaches_it(monkeypatch):
+    """A Ctrl-C that comes while the supervisor starts its child is passed on to the child
+    (not a traceback in the supervisor, not lost)."""
+    import signal
+    import time
+
+    from rewriter import supervise
+
+    real = subprocess.Popen
+    child = ("import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
+             "    raise SystemExit(2)\n")
+
+    def popen(argv, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # lands before the child exists
+        return real([sys.executable, "-c", child], **kwargs)
+
+    monkeypatch.setattr(supervise.subprocess, "Popen", popen)
+    start = time.monotonic()
+    assert supervise.supervise(["check", "model.keras"]) == 2
+    assert time.monotonic() - start < 30
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
