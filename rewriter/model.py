@@ -228,6 +228,27 @@ def lift_weights(graph_def: GraphDef) -> tuple[GraphDef, dict[str, Any]]:
     return out, variables
 
 
+def shape_only(graph_def: GraphDef) -> GraphDef:
+    """A copy of ``graph_def`` whose weights (the constants :func:`lift_weights` lifts) are
+    ``Placeholder`` nodes of their dtype and shape: what shape inference needs, without the
+    values."""
+    from rewriter.graph import GraphDef as _GraphDef
+
+    out = _GraphDef()
+    out.versions.CopyFrom(graph_def.versions)
+    out.library.CopyFrom(graph_def.library)
+    for node in graph_def.node:
+        copy_ = out.node.add()
+        tensor = node.attr["value"].tensor if node.op == "Const" else None
+        if tensor is not None and _is_weight(tensor):
+            copy_.name, copy_.op, copy_.device = node.name, "Placeholder", node.device
+            copy_.attr["dtype"].type = tensor.dtype
+            copy_.attr["shape"].shape.CopyFrom(tensor.tensor_shape)
+        else:
+            copy_.CopyFrom(node)
+    return out
+
+
 def _is_weight(tensor: Any) -> bool:
     if tensor.dtype not in _FLOAT_DTYPES or tensor.tensor_shape.unknown_rank:
         return False

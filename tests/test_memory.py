@@ -98,3 +98,28 @@ def test_model_functions_share_one_set_of_weight_variables(dense_model):
     assert got[hidden].shape == (1, 32) and got[hidden].min() >= 0
     model.forget_functions()
     assert model._weights is None
+
+
+def test_shape_inference_sees_weights_as_placeholders_of_their_shape(dense_model):
+    """The target checks infer shapes from a graph without weight values: the same shapes as
+    TensorFlow gives the graph with them."""
+    import tensorflow as tf
+
+    from rewriter.model import WEIGHT_MIN_ELEMENTS, shape_only
+    from rewriter.targets.predict import _infer_shapes
+
+    light = shape_only(dense_model.graph_def)
+    lifted = [n for n in light.node if n.op == "Placeholder"
+              and n.name not in {s.node for s in dense_model.inputs}]
+    assert sorted(int(np.prod([d.size for d in n.attr["shape"].shape.dim])) for n in lifted) \
+        == [2048, 8192]
+    assert all(np.prod([d.size for d in n.attr["shape"].shape.dim]) >= WEIGHT_MIN_ELEMENTS
+               for n in lifted)
+    assert light.ByteSize() < dense_model.graph_def.ByteSize() - 4 * (2048 + 8192)
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.import_graph_def(dense_model.graph_def, name="")
+    want = {f"{op.name}:{i}": tuple(t.shape.as_list()) for op in graph.get_operations()
+            for i, t in enumerate(op.outputs) if t.shape.rank is not None}
+    got = _infer_shapes(dense_model)
+    assert {k: got[k] for k in want} == want

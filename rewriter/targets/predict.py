@@ -323,12 +323,16 @@ def _call_lowering(index: Any, node: Any, target: LoweringTarget) -> list[str] |
 
 
 def _infer_shapes(model: Model) -> dict[str, Shape]:
-    """Static shapes of every tensor (``"node:i"``), with the signature's input shapes."""
-    import copy
+    """Static shapes of every tensor (``"node:i"``), with the signature's input shapes.
 
+    TensorFlow infers them from a copy of the graph whose weights are placeholders of their
+    shape (:func:`rewriter.model.shape_only`): no value of a float weight decides a shape, and
+    the weights are not copied twice more (the copy, TensorFlow's graph)."""
     import tensorflow as tf
 
-    gd = copy.deepcopy(model.graph_def)
+    from rewriter.model import shape_only
+
+    gd = shape_only(model.graph_def)
     by_node = {spec.node: spec for spec in model.inputs}
     for node in gd.node:
         spec = by_node.get(node.name)

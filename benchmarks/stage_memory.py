@@ -1,0 +1,99 @@
+"""Peak memory of one `rewrite` job, stage by stage: where a job's memory goes.
+
+    PYTHONPATH=. python benchmarks/stage_memory.py [--root CHECKOUT] -- MODEL --target T [...]
+
+Runs the main job in this process (the arguments after ``--`` are ``rewrite``'s) with a thread
+sampling the process's RSS every 20 ms, and prints, for loading and for every timed step of the
+job (``rewriter.stages.Steps``: the keys of ``report.json``'s ``timings``), the RSS when it
+starts and the peak reached during it (and, as ``(after STEP)``, the peak between two steps
+when it rose more than 50 MB there). The job's own converter runs in this process too (as in
+a supervised job), so the peaks are those ``rewrite batch`` measures for the job, less the
+supervisor (``benchmarks/memory_ratio.py`` measures the whole process tree against the plain
+converter). ``--root`` runs another checkout's code (to compare before and after a change).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _rss_mb() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) // 1024
+    return 0
+
+
+class Sampler:
+    """RSS sampled every ``interval`` s; :meth:`section` returns the peak since the last one."""
+
+    def __init__(self, interval: float = 0.02) -> None:
+        self.peak = _rss_mb()
+        self.rows: list[tuple[str, int, int]] = []
+        self._interval = interval
+        self._lock = threading.Lock()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            rss = _rss_mb()
+            with self._lock:
+                self.peak = max(self.peak, rss)
+            time.sleep(self._interval)
+
+    def section(self, name: str, start_rss: int) -> None:
+        with self._lock:
+            self.rows.append((name, start_rss, max(self.peak, _rss_mb())))
+            self.peak = _rss_mb()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    job = argv[argv.index("--") + 1:] if "--" in argv else []
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--root", type=Path, default=ROOT, help="the checkout whose code runs")
+    args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    if not job:
+        ap.error("give the job's arguments after --")
+    sys.path.insert(0, str(args.root.resolve()))
+    import rewriter.stages as stages
+    from rewriter.cli import main as rewrite
+
+    sampler = Sampler()
+    steps_call = stages.Steps.__call__
+    gap = {"name": "load (and data)", "start": _rss_mb()}
+
+    @contextlib.contextmanager
+    def timed(self: stages.Steps, key: str, message: str | None = None) -> Iterator[None]:
+        sampler.section(gap["name"], gap["start"])  # what ran since the last step ended
+        start = _rss_mb()
+        with steps_call(self, key, message):
+            yield
+        sampler.section(key, start)
+        gap.update(name=f"(after {key})", start=_rss_mb())
+
+    stages.Steps.__call__ = timed
+    t0 = time.perf_counter()
+    code = rewrite(job)
+    print(f"rewrite {' '.join(job)}\nexit {code}, {time.perf_counter() - t0:.1f} s, code of "
+          f"{args.root.resolve()} (rewriter {os.path.dirname(stages.__file__)})")
+    print(f"{'stage':<22} {'RSS at start':>13} {'peak':>8}")
+    for name, start, peak in sampler.rows:
+        if not name.startswith("(") or peak > start + 50:  # a gap between steps that did work
+            print(f"{name:<22} {start:>10} MB {peak:>5} MB")
+    print(f"{'job':<22} {'':>13} {max(p for _, _, p in sampler.rows):>5} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
