@@ -6,9 +6,9 @@ Runs the main job in this process (the arguments after ``--`` are ``rewrite``'s)
 sampling the process's RSS every 20 ms, and prints, for loading and for every timed step of the
 job (``rewriter.stages.Steps``: the keys of ``report.json``'s ``timings``), the RSS when it
 starts and the peak reached during it (and, as ``(after STEP)``, the peak between two steps
-when it rose more than 50 MB there). The job's own converter runs in this process too (as in
-a supervised job), so the peaks are those ``rewrite batch`` measures for the job, less the
-supervisor (``benchmarks/memory_ratio.py`` measures the whole process tree against the plain
+when it rose more than 50 MB there). The TFLite converter runs in this process too, as in a
+supervised job (``rewriter.isolate.in_process``), so the peaks are those ``rewrite batch``
+measures for the job, less the supervisor (``benchmarks/memory_ratio.py`` measures the whole process tree against the plain
 converter). ``--root`` runs another checkout's code (to compare before and after a change).
 """
 
@@ -66,8 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     if not job:
         ap.error("give the job's arguments after --")
     sys.path.insert(0, str(args.root.resolve()))
+    import rewriter.isolate as isolate
     import rewriter.stages as stages
     from rewriter.cli import main as rewrite
+
+    isolate.in_process = lambda: True  # convert here, as a supervised job does
 
     sampler = Sampler()
     steps_call = stages.Steps.__call__

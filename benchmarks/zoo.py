@@ -7,7 +7,8 @@
 By default a reduced zoo (``REDUCED``: MobileNetV3Small, MobileNetV2, EfficientNetB0, ResNet50)
 at 64x64, what a shared 2-core machine runs in under an hour; ``--full`` runs the whole list
 (``ORDER``: 13 keras.applications architectures, the trained model in models/third_party and
-three model families) at 224x224 (``--size`` overrides either).
+three model families) at 96x96, what published ``benchmarks/RESULTS.md`` (about 75 minutes on 2
+shared cores; ``--size`` overrides either: ``--size 224``, ImageNet's, takes hours there).
 
 One command: builds the zoo (``benchmarks/zoo_build.py``, in a process of its own), writes a
 manifest and runs ``rewrite batch`` on it (so every job is the main job, as a deployment pipeline
@@ -269,7 +270,7 @@ def versions(onnx2tf: str | None) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--full", action="store_true",
-                    help="the whole zoo (ORDER) at 224x224 instead of REDUCED at 64x64")
+                    help="the whole zoo (ORDER) at 96x96 instead of REDUCED at 64x64")
     ap.add_argument("--size", type=int, default=None)
     ap.add_argument("--models", default=None, help="comma-separated (default: see --full)")
     ap.add_argument("--targets", default=",".join(TARGETS))
@@ -287,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.render:
         render_all(json.loads((args.results / "results" / "zoo.json").read_text()), args.results)
         return 0
-    args.size = args.size or (224 if args.full else 64)
+    args.size = args.size or (96 if args.full else 64)
     args.models = args.models or ",".join(ORDER if args.full else REDUCED)
     onnx2tf = args.onnx2tf if args.onnx2tf and Path(args.onnx2tf).exists() else None
     if args.onnx2tf and not onnx2tf:

@@ -138,7 +138,7 @@ def render_md(doc: dict[str, Any]) -> str:
         "",
         f"Models run: {', '.join(results)}"
         + ("." if meta.get("full") else " (the reduced zoo; `--full` runs the whole list of "
-           "`benchmarks/zoo.py` at 224x224; only what ran is published here).")
+           "`benchmarks/zoo.py` at 96x96; only what ran is published here).")
         + f" Inputs {meta['size']}x{meta['size']} for the image models; "
         f"`rewrite batch --workers {meta['workers']}` runs the jobs. Per model, the plain TFLite "
         "converter (full int8, int8 I/O, no rewriting), plain tf2onnx, and onnx2tf on that ONNX "
