@@ -104,7 +104,8 @@ class Model:
         fn = self._fn_cache.get(key)
         if fn is not None:
             return fn
-        fn = self._constant_function(fetches) if constants else self._weights_function(fetches)
+        graph, variables = (self.graph_def, {}) if constants else self.weights()
+        fn = import_function(graph, variables, [i.tensor for i in self.inputs], fetches)
         self._fn_cache[key] = fn
         return fn
 
@@ -114,25 +115,6 @@ class Model:
         if self._weights is None:
             self._weights = lift_weights(self.graph_def)
         return self._weights
-
-    def _weights_function(self, fetches: tuple[str, ...]) -> Any:
-        graph, variables = self.weights()
-        feeds = [(i.tensor, i.shape, i.dtype) for i in self.inputs]
-        return import_function(graph, variables, feeds, fetches)
-
-    def _constant_function(self, fetches: tuple[str, ...]) -> Any:
-        import tensorflow as tf
-
-        graph_def = self.graph_def
-
-        def _import() -> None:
-            tf.compat.v1.import_graph_def(graph_def, name="")
-
-        wrapped = tf.compat.v1.wrap_function(_import, [])
-        graph = wrapped.graph
-        feeds = [graph.as_graph_element(i.tensor) for i in self.inputs]
-        outs = [graph.as_graph_element(f) for f in fetches]
-        return wrapped.prune(feeds=feeds, fetches=outs)
 
     def forget_functions(self, keep_outputs: bool = False) -> None:
         """Drop the cached TF functions (each holds its own copy of the graph), except the one
@@ -258,13 +240,12 @@ def _is_weight(tensor: Any) -> bool:
     return n >= WEIGHT_MIN_ELEMENTS
 
 
-def import_function(graph: GraphDef, variables: Mapping[str, Any],
-                    feeds: Sequence[tuple[str, Sequence[int | None], str]],
+def import_function(graph: GraphDef, variables: Mapping[str, Any], feeds: Sequence[str],
                     fetches: Sequence[str]) -> Any:
-    """A concrete function importing ``graph`` (of :func:`lift_weights`) under its nodes' own
-    names, each weight tensor mapped to its variable's value: called with one tensor per feed
-    (graph tensor name, shape, numpy dtype name), it returns the ``fetches`` (graph tensor
-    names), a list in that order.
+    """A concrete function importing ``graph`` under its nodes' own names, each tensor named in
+    ``variables`` (:func:`lift_weights`; none for a graph with its weights as constants) mapped
+    to its variable's value: called with one tensor per feed (graph tensor names), it returns
+    the ``fetches`` (graph tensor names), a list in that order.
 
     A pruned ``wrap_function``, not a ``tf.function``: a ``tf.function`` adds control edges
     from stateful ops to its outputs, which TF1 control flow (a frozen Keras LSTM's while
@@ -278,7 +259,7 @@ def import_function(graph: GraphDef, variables: Mapping[str, Any],
 
     wrapped = tf.compat.v1.wrap_function(_import, [])
     g = wrapped.graph
-    return wrapped.prune(feeds=[g.as_graph_element(f) for f, _, _ in feeds],
+    return wrapped.prune(feeds=[g.as_graph_element(f) for f in feeds],
                          fetches=[g.as_graph_element(f) for f in fetches])
 
 
@@ -293,7 +274,7 @@ class WeightsFunction:
         graph, self.variables = lift_weights(graph_def)
         self.dtypes = [d for _, _, d in feeds]
         self.fetches = list(fetches)
-        self.fn = import_function(graph, self.variables, feeds, fetches)
+        self.fn = import_function(graph, self.variables, [f for f, _, _ in feeds], fetches)
 
     def __call__(self, *arrays: np.ndarray) -> dict[str, np.ndarray]:
         import tensorflow as tf

@@ -123,3 +123,31 @@ def test_shape_inference_sees_weights_as_placeholders_of_their_shape(dense_model
             for i, t in enumerate(op.outputs) if t.shape.rank is not None}
     got = _infer_shapes(dense_model)
     assert {k: got[k] for k in want} == want
+
+
+def test_a_graph_with_tf1_loops_converts_from_its_saved_model(tmp_path):
+    """A frozen Keras LSTM keeps its while frame (TF1 control flow): its SavedModel, weights as
+    variables, still computes what the model computes, and the TFLite converter takes it (a
+    tf.function importing the graph directly adds control edges across the frame, and the
+    conversion fell back to the frozen-graph route, whose file has no signature)."""
+    import keras
+    import tensorflow as tf
+
+    from rewriter.export.saved_model import export_saved_model
+    from rewriter.export.tflite import _convert_here
+    from rewriter.frontends import LoadOptions, load_model
+
+    inp = keras.Input((6, 5), name="x")
+    out = keras.layers.Dense(3)(keras.layers.LSTM(32)(inp))
+    keras.Model(inp, out).save(tmp_path / "lstm.keras")
+    model = load_model(str(tmp_path / "lstm.keras"), LoadOptions())
+    assert any(n.op == "Enter" for n in model.graph_def.node)
+    export_saved_model(model, tmp_path / "sm")
+    loaded = tf.saved_model.load(str(tmp_path / "sm"))
+    assert [int(np.prod(v.shape)) for v in loaded.weights] == [32 * 4 * 32]  # recurrent kernel
+    x = np.random.default_rng(3).normal(size=(1, 6, 5)).astype(np.float32)
+    got = next(iter(loaded.signatures["serving_default"](x=tf.constant(x)).values())).numpy()
+    want = model.run({"x": x})[model.outputs[0].name]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    _, route = _convert_here(model, "none", None, False)
+    assert route == "from_saved_model"

@@ -1,10 +1,11 @@
 """The rewritten float model as a SavedModel, and the named serving function behind it.
 
-:func:`serving_function` imports the graph, its weights read from variables
-(:meth:`rewriter.model.Model.weights`), in a ``tf.function`` whose arguments are named after the
-model's input ``TensorSpec`` names and which returns a dict keyed by the output names. The
-SavedModel export and the TFLite converter both use it, so the ``serving_default`` signature of the SavedModel and
-the signature inside the ``.tflite`` carry the same names as the :class:`Model`.
+:func:`serving_function` wraps ``Model.concrete_function()`` (the graph with its weights read
+from variables, :meth:`rewriter.model.Model.weights`) in a ``tf.function`` whose arguments are
+named after the model's input ``TensorSpec`` names and which returns a dict keyed by the output
+names. The SavedModel export and the TFLite converter both use it, so the ``serving_default``
+signature of the SavedModel and the signature inside the ``.tflite`` carry the same names as
+the :class:`Model`.
 """
 
 from __future__ import annotations
@@ -22,15 +23,14 @@ from rewriter.model import Model, signature_names
 def serving_function(model: Model, variables: bool = True) -> tuple[Any, Any]:
     """``(module, concrete_function)``: a named-signature serving function over the graph.
 
-    The function imports the graph under the nodes' own names (the TFLite converter names the
-    ``.tflite``'s tensors after them; the per-layer int8 comparison matches them by name). With
-    ``variables`` (the default) each weight's tensor is mapped to a variable's value
-    (:meth:`rewriter.model.Model.weights`; the constant node stays, a scalar nobody reads), as a
-    Keras model's SavedModel holds its weights: the TFLite converter reads such a SavedModel
-    with much less memory (measured on TF 2.21, ResNet50 at 64x64, full int8: its peak 1.0 GB
-    above TensorFlow's own from variables, 2.2 GB from the same graph with its weights as
-    constants) and freezes them back itself. Without, the weights stay constants in the graph
-    (the converter's fallback for a graph the variables' route cannot import).
+    It calls ``Model.concrete_function()`` (a pruned ``wrap_function``, which TF1 control flow
+    needs). With ``variables`` (the default) that function reads the weights from the model's
+    variables (:meth:`rewriter.model.Model.weights`), as a Keras model's SavedModel holds them:
+    the TFLite converter reads such a SavedModel with much less memory (measured on TF 2.21,
+    ResNet50 at 64x64, full int8: its peak 1.0 GB above TensorFlow's own from variables, 2.2 GB
+    from the same graph with its weights as constants) and freezes them back itself. Without,
+    the weights stay constants in the graph (the converter's fallback for a graph the
+    variables' route cannot convert).
 
     The module holds the ``tf.function`` and the variables (the TFLite converter and
     ``tf.saved_model.save`` need a trackable object); the concrete function takes the inputs
@@ -38,22 +38,19 @@ def serving_function(model: Model, variables: bool = True) -> tuple[Any, Any]:
     """
     import tensorflow as tf
 
-    graph, lifted = model.weights() if variables else (model.graph_def, {})
+    pruned = model.concrete_function(constants=not variables)
     module = tf.Module()
-    module.weights = list(lifted.values())
+    module.weights = list(model.weights()[1].values()) if variables else []
     in_names = signature_names([i.name for i in model.inputs], "input")
     out_names = signature_names([o.name for o in model.outputs], "output")
     specs = [tf.TensorSpec([1 if d is None else d for d in i.shape], tf.as_dtype(i.dtype),
                            name=n) for i, n in zip(model.inputs, in_names, strict=True)]
-    fetches = [o.tensor for o in model.outputs]
-    tensors = [i.tensor for i in model.inputs]
 
     @tf.function(input_signature=specs, autograph=False)
     def serve(*args: Any) -> dict[str, Any]:
-        feeds = dict(zip(tensors, args, strict=True))
-        feeds.update({name: var.read_value() for name, var in lifted.items()})
-        outs = tf.graph_util.import_graph_def(graph, input_map=feeds, return_elements=fetches,
-                                              name="")
+        outs = pruned(*args)
+        if not isinstance(outs, (list, tuple)):
+            outs = [outs]
         return {n: tf.identity(t, name=n) for n, t in zip(out_names, outs, strict=True)}
 
     module.serve = serve
