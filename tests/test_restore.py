@@ -91,7 +91,8 @@ def _assert_restored_exactly(src, out, names):
 def test_removed_trainable_variables_restore_the_rest(cli, original, tmp_path):
     """Seed 000 case 1: the third conv is gone; w1,w2,b1,b2 restore and w3,b3 are unused."""
     meta = _save_meta(tmp_path / "mod.meta", lambda: _build(layers=("1", "2")))
-    code, res, _ = _restore(cli, original, meta, tmp_path / "out")
+    code, res, _ = _restore(cli, original, meta, tmp_path / "out", "--allow-mismatch",
+                            "model_vars/?3")
     assert code == 0
     assert sorted(p["target"] for p in res["restored"]) == [
         "model_vars/b1", "model_vars/b2", "model_vars/counter", "model_vars/w1", "model_vars/w2"]
@@ -105,7 +106,8 @@ def test_removed_trainable_variables_restore_the_rest(cli, original, tmp_path):
 def test_removed_non_trainable_variable_is_reported_unused(cli, original, tmp_path):
     """Seed 000 case 2: the counter is gone from the graph; every weight restores exactly."""
     meta = _save_meta(tmp_path / "mod.meta", lambda: _build(counter=False))
-    code, res, _ = _restore(cli, original, meta, tmp_path / "model")
+    code, res, _ = _restore(cli, original, meta, tmp_path / "model", "--allow-mismatch",
+                            "model_vars/counter")
     assert code == 0
     assert [v["name"] for v in res["unused"]] == ["model_vars/counter"]
     assert len(res["restored"]) == 6
@@ -152,7 +154,8 @@ def test_restored_output_loads_with_its_meta_and_runs_like_the_original(cli, ori
     meta = _save_meta(tmp_path / "mod.meta", lambda: _build(counter=False))
     before = sorted(os.listdir(tmp_path))
     out_prefix = str(tmp_path / "model" / "model.ckpt")
-    assert _restore(cli, original, meta, tmp_path / "model")[0] == 0
+    assert _restore(cli, original, meta, tmp_path / "model", "--allow-mismatch",
+                    "model_vars/counter")[0] == 0
     assert sorted(os.listdir(tmp_path)) == sorted([*before, "model"])
     assert os.path.exists(out_prefix + ".meta")
     feed = np.random.default_rng(0).standard_normal((2, 8, 8, 1)).astype(np.float32)
@@ -228,17 +231,42 @@ def test_renamed_scope_restores_through_a_map_rule(cli, tmp_path, rule):
                           _values(str(tmp_path / "mapped" / "model.ckpt"))["init/init_conv/DW"])
 
 
-def test_shape_mismatch_is_listed_not_fatal(cli, original, tmp_path):
-    """w3 with another shape keeps its initial value, exit 0; the rest restores exactly."""
+def test_shape_mismatch_is_not_acceptable_unless_allowed(cli, original, tmp_path):
+    """w3 with another shape keeps its initial value: exit 1 naming it (OUT written, the rest
+    restored exactly); with --allow-mismatch for both, exit 0 and the same files."""
     meta = _save_meta(tmp_path / "mod.meta",
                       lambda: _build(shapes={"w3": [3, 3, 8, 4], "b3": [4]}))
-    code, res, _ = _restore(cli, original, meta, tmp_path / "model")
-    assert code == 0
+    code, res, err = _restore(cli, original, meta, tmp_path / "model")
+    assert code == 1 and res["ok"] is False
+    assert "model_vars/w3: target float32[3, 3, 8, 4] but source model_vars/w3 is " \
+           "float32[3, 3, 8, 8]" in err
     assert sorted(m["target"]["name"] for m in res["mismatched"]) == [
         "model_vars/b3", "model_vars/w3"]
     assert res["mismatched"][1]["target"]["shape"] == [3, 3, 8, 4]
-    _assert_restored_exactly(_values(original), _values(str(tmp_path / "model" / "model.ckpt")),
-                             ["model_vars/w1", "model_vars/w2"])
+    out = _values(str(tmp_path / "model" / "model.ckpt"))
+    _assert_restored_exactly(_values(original), out, ["model_vars/w1", "model_vars/w2"])
+    assert out["model_vars/w3"].shape == (3, 3, 8, 4)  # the target's own value
+    code, res, _ = _restore(cli, original, meta, tmp_path / "allowed", "--allow-mismatch",
+                            "model_vars/w3", "--allow-mismatch", "model_vars/b3")
+    assert code == 0 and res["ok"] is True and res["unaccepted"] == []
+    code, _, err = _restore(cli, original, meta, tmp_path / "one", "--allow-mismatch",
+                            "model_vars/w3")
+    assert code == 1 and "model_vars/b3" in err and "model_vars/w3:" not in err
+
+
+def test_quiet_never_hides_a_mismatch(cli, original, tmp_path):
+    """-q: the mismatch is still named on stderr with the counts, and the exit code is 1."""
+    meta = _save_meta(tmp_path / "mod.meta",
+                      lambda: _build(shapes={"w3": [3, 3, 8, 4], "b3": [4]}))
+    code, stdout, stderr = cli("-q", "restore", original, "--into", meta, "-o", tmp_path / "m")
+    assert code == 1
+    assert "5 restored, 0 new, 0 unused, 2 mismatched; not acceptable: mismatched " \
+           "model_vars/b3: target float32[4]" in stderr
+    assert "model_vars/w3: target float32[3, 3, 8, 4]" in stderr
+    assert os.path.isfile(tmp_path / "m" / "model.ckpt.index")
+    code, _, stderr = cli("-q", "restore", original, "--into", meta, "-o", tmp_path / "a",
+                          "--allow-mismatch", "all")
+    assert code == 0 and "not acceptable" not in stderr
 
 
 def test_strict_names_the_mismatched_variable_and_writes_nothing(cli, original, tmp_path):
@@ -256,7 +284,7 @@ def test_human_report_lists_each_kind(cli, original, tmp_path):
     meta = _save_meta(tmp_path / "mod.meta", lambda: _build(layers=("1", "2"), new_conv=False,
                                                             extra_stat=True))
     code, stdout, _ = cli("restore", original, "--into", meta, "-o", tmp_path / "m")
-    assert code == 0
+    assert code == 1  # w3 and b3 are unused
     assert "  restored   model_vars/w1" in stdout
     assert "  new        model_vars/extra_stat" in stdout
     assert "  unused     model_vars/w3" in stdout

@@ -2,15 +2,22 @@
 
 Variables are matched by name after ``--map`` rules, shapes and dtypes are checked, matching ones
 are copied bit for bit and the rest keep the target's own values. OUT is a directory for every
-format (written inside, staged and swapped in: :mod:`rewriter.fsutil`). Exit 0 when written
-(mismatches are listed, not fatal); 1 when nothing was written because no variable matched
-(unless ``--allow-empty``) or, with ``--strict``, some target variable was not restored; 2 for bad
-input (missing paths, unreadable checkpoints, an unparsable ``.meta``, OUT over an input).
+format (written inside, staged and swapped in: :mod:`rewriter.fsutil`).
+
+The verdict is the exit code: 0 when written and every source variable went somewhere; 1 when a
+variable is mismatched (same name, another shape or dtype: the target keeps its own value) or
+unused (in the source only) and ``--allow-mismatch`` does not name it (OUT is still written, the
+variables are named on stderr, ``-q`` included), when nothing was written because no variable
+matched (unless ``--allow-empty``), or, with ``--strict``, when some target variable was not
+restored; 2 for bad input (missing paths, unreadable checkpoints, an unparsable ``.meta``, OUT
+over an input). New variables (in the target only) are what a modified model adds: they keep
+their own values and do not change the verdict (``--strict`` makes them fatal).
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 from typing import Any
 
 HELP = "restore a checkpoint's weights into a modified model (match by name, copy exactly)"
@@ -29,6 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(repeatable; the first rule that matches a name applies)")
     parser.add_argument("--strict", action="store_true",
                         help="exit 1 (writing nothing) unless every target variable is restored")
+    parser.add_argument("--allow-mismatch", dest="allowed", action="append", default=[],
+                        metavar="NAME|all",
+                        help="accept a mismatched or unused variable (its target or source name, "
+                        "a glob pattern, or `all`; repeatable): without it either makes the "
+                        "exit code 1")
     parser.add_argument("--allow-empty", action="store_true",
                         help="write OUT (exit 0) even when no variable restores")
     parser.add_argument("--unsafe", action="store_true",
@@ -63,15 +75,39 @@ def run(args: argparse.Namespace, ui: Any) -> int:
                 "the names with `rewrite inspect SOURCE --against TARGET` and add --map rules "
                 "(or pass --allow-empty)")
         return 1
-    failed = args.strict and not result.complete
+    strict_failed = args.strict and not result.complete
+    refused = unaccepted(result.diff, args.allowed)
     if args.json:
-        ui.json({"ok": not failed, **result.to_json()})
+        ui.json({"ok": not strict_failed and not refused, "unaccepted": refused,
+                 **result.to_json()})
     else:
         _print(result, ui)
-    if failed:
+    if strict_failed:
         ui.warn(_strict_reason(result))
         return 1
+    if refused:
+        ui.warn(f"{_counts(result.diff)}; not acceptable: " + "; ".join(refused)
+                + " (pass --allow-mismatch NAME, or --allow-mismatch all, if that is expected)")
+        return 1
     return 0
+
+
+def unaccepted(diff: Any, allowed: list[str]) -> list[str]:
+    """Each mismatched or unused variable that no ``--allow-mismatch`` names, described."""
+    def ok(*names: str) -> bool:
+        return "all" in allowed or any(fnmatch.fnmatchcase(n, pattern)
+                                       for n in names for pattern in allowed)
+
+    found = [f"mismatched {m.reason()}" for m in diff.mismatched
+             if not ok(m.target.name, m.source.name)]
+    found += [f"unused {v.name} {v.describe()} (in the source only)" for v in diff.unused
+              if not ok(v.name)]
+    return found
+
+
+def _counts(diff: Any) -> str:
+    return (f"{len(diff.restored)} restored, {len(diff.new)} new, {len(diff.unused)} unused, "
+            f"{len(diff.mismatched)} mismatched")
 
 
 def _print(result: Any, ui: Any) -> None:
@@ -87,8 +123,7 @@ def _print(result: Any, ui: Any) -> None:
     width = max((len(r[1]) for r in rows), default=0)
     for kind, name, detail in rows:
         ui.out(f"  {kind:<10} {name:<{width}}  {detail}")
-    ui.out(f"{len(diff.restored)} restored, {len(diff.new)} new, {len(diff.unused)} unused, "
-           f"{len(diff.mismatched)} mismatched")
+    ui.out(_counts(diff))
     if result.written:
         ui.out(f"wrote {result.output} ({result.target_kind}); {result.verified} restored values "
                "read back identical")
