@@ -58,7 +58,11 @@ def validate_model_path(path: str, artifact_ok: bool = False) -> None:
         if not Path(path).is_file():
             raise UserError(f"{path}: no such file")
         return
-    detect_format(path)
+    fmt = detect_format(path)
+    if fmt in ("keras", "h5"):  # sizes before reads, before TensorFlow takes its memory
+        from rewriter.frontends.sizes import check_file
+
+        check_file(path, fmt)
 
 
 def validate_data_path(path: str | None, option: str) -> None:

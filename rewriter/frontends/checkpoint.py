@@ -57,6 +57,7 @@ def load_checkpoint(path: str, options: LoadOptions) -> Model:
         raise UserError(f"{path}: no {Path(prefix).name}.index: the checkpoint's values are "
                         "missing (only the .meta graph is there)")
     meta_def = read_meta_graph(meta)
+    _check_sizes(prefix, path)
     outputs = options.outputs or _outputs_from_signature(meta_def) or _infer_outputs(
         meta_def.graph_def, meta)
     inputs = options.inputs or _inputs_from_signature(meta_def)
@@ -91,6 +92,19 @@ def load_checkpoint(path: str, options: LoadOptions) -> Model:
     opts = dataclasses.replace(options, inputs=inputs, outputs=outputs)
     return model_from_graphdef(frozen, prefix, "checkpoint", opts,
                                notes=[f"checkpoint {Path(prefix).name} frozen with its .meta"])
+
+
+def _check_sizes(prefix: str, path: str) -> None:
+    """Sizes before reads: the variables the index declares fit the budget."""
+    import tensorflow as tf
+
+    from rewriter.frontends.sizes import check_bundle
+
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+    except Exception:  # noqa: BLE001 - an unreadable index is reported by the restore below
+        return
+    check_bundle(reader, path)
 
 
 def read_meta_graph(meta: str) -> Any:

@@ -83,8 +83,29 @@ def check_memory(graph: Any, path: str) -> None:
                         "available; give a smaller --input-shape")
 
 
+def budget() -> int | None:
+    """Bytes one tensor, or a model file's declared weights, may take: half the memory
+    available now (:func:`available_memory`); None when unknown."""
+    available = available_memory()
+    return available // 2 if available else None
+
+
 def available_memory() -> int | None:
-    """Bytes of memory available now (``MemAvailable``), or None when unknown."""
+    """Bytes of memory available now (``MemAvailable``, or less under an address-space limit:
+    ``RLIMIT_AS``), or None when unknown."""
+    free = _mem_available()
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, ValueError, OSError):
+        limit = -1
+    if limit is not None and limit > 0 and limit != getattr(resource, "RLIM_INFINITY", -1):
+        return min(free, limit) if free else limit
+    return free
+
+
+def _mem_available() -> int | None:
     try:
         with open("/proc/meminfo") as f:
             for line in f:

@@ -187,8 +187,11 @@ def keras_file_findings(path: str, fmt: str) -> list[Finding]:
         return _keras_zip_findings(path)
     import h5py
 
+    from rewriter.frontends.sizes import check_h5
+
     try:
         with h5py.File(path, "r") as f:
+            check_h5(f, path)  # sizes before reads
             raw = f.attrs.get("model_config")
             found = h5_storage_findings(f)
     except H5_ERRORS as exc:
@@ -215,8 +218,11 @@ def _keras_zip_findings(path: str) -> list[Finding]:
     import io
     import zipfile
 
+    from rewriter.frontends.sizes import check_h5, check_zip
+
     try:
         with zipfile.ZipFile(path) as archive:
+            check_zip(archive, path)  # sizes before reads
             members = [i for i in archive.infolist() if i.filename == "config.json"]
             if len(members) != 1:
                 raise UserError(f"{path}: a .keras archive holds one config.json; this one has "
@@ -225,17 +231,19 @@ def _keras_zip_findings(path: str) -> list[Finding]:
             weights = [i for i in archive.infolist() if i.filename.endswith(".h5")]
             found: list[Finding] = []
             for info in weights:
-                found += _h5_bytes_findings(io.BytesIO(archive.read(info)), info.filename)
+                found += _h5_bytes_findings(io.BytesIO(archive.read(info)),
+                                            f"{path}!{info.filename}", check_h5)
     except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as exc:
         raise UserError(f"{path}: not a readable .keras archive ({str(exc)[:160]})") from None
     return found + config_findings(parse_config(text, path))
 
 
-def _h5_bytes_findings(data: Any, name: str) -> list[Finding]:
+def _h5_bytes_findings(data: Any, name: str, check: Any) -> list[Finding]:
     import h5py
 
     try:
         with h5py.File(data, "r") as f:
+            check(f, name)
             return h5_storage_findings(f)
     except H5_ERRORS as exc:  # what cannot be scanned is not loaded
         raise UserError(f"{name} in the .keras archive is not a readable HDF5 file "

@@ -22,6 +22,7 @@ from rewriter.frontends._common import (
 from rewriter.frontends.cut import apply_cut
 from rewriter.frontends.options import LoadOptions
 from rewriter.frontends.safety import keras_metadata_notes, refuse, saved_model_findings
+from rewriter.frontends.sizes import check_saved_model
 from rewriter.model import Model, Source, TensorSpec
 
 
@@ -29,6 +30,7 @@ def load_saved_model(directory: str, options: LoadOptions) -> Model:
     import tensorflow as tf
 
     refuse(directory, saved_model_findings(directory), options.unsafe)
+    check_saved_model(directory)  # sizes before reads
     try:
         loaded = tf.saved_model.load(directory)
     except Exception as exc:

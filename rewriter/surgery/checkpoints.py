@@ -163,10 +163,14 @@ def _aliases_for(source: VariableSet, model_path: str, unsafe: bool) -> dict[str
 def _open_reader(prefix: str, shown: str) -> Any:
     import tensorflow as tf
 
+    from rewriter.frontends.sizes import check_bundle
+
     try:
-        return tf.train.load_checkpoint(prefix)
+        reader = tf.train.load_checkpoint(prefix)
     except Exception as exc:
         raise UserError(f"cannot read checkpoint {shown}: {first_line(exc)}") from None
+    check_bundle(reader, shown)  # sizes before reads
+    return reader
 
 
 def _np_dtype_name(tf_dtype: Any) -> str:

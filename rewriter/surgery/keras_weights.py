@@ -88,10 +88,18 @@ def _check_keras_zip(path: str) -> None:
 def h5_file(path: str) -> Any:
     import h5py
 
+    from rewriter.frontends.sizes import check_h5
+
     try:
-        return h5py.File(path, "r")
+        f = h5py.File(path, "r")
     except Exception as exc:
         raise UserError(f"cannot read {path}: not an HDF5 file ({first_line(exc)})") from None
+    try:
+        check_h5(f, path)  # sizes before reads
+    except UserError:
+        f.close()
+        raise
+    return f
 
 
 def open_h5(path: str, unsafe: bool) -> VariableSet:

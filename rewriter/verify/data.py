@@ -35,6 +35,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from rewriter.errors import UserError
+from rewriter.verify.dtypes import Conversion, convert
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".bmp")
 DEFAULT_RANGE = (-1.0, 1.0)
@@ -155,6 +156,7 @@ class Data:
     notes: list[str] = field(default_factory=list)
     recipe: dict[str, Any] = field(default_factory=dict)  # how to draw the same samples again
     warnings: list[str] = field(default_factory=list)  # the data and the model disagree
+    file_dtypes: dict[str, str] = field(default_factory=dict)  # the file's own, when converted
 
     @property
     def synthetic(self) -> bool:
@@ -168,7 +170,7 @@ class Data:
         """The first ``n`` samples, same provenance."""
         recipe = dict(self.recipe) | {"samples": min(n, len(self.samples))}
         return Data(self.samples[:n], self.source, self.format, dict(self.mapping),
-                    list(self.notes), recipe, list(self.warnings))
+                    list(self.notes), recipe, list(self.warnings), dict(self.file_dtypes))
 
     def tail(self, n: int) -> Data:
         """The last ``n`` samples, same provenance (the recipe skips the others)."""
@@ -176,7 +178,8 @@ class Data:
         skip = len(self.samples) - n + int(self.recipe.get("skip", 0))
         recipe = dict(self.recipe) | {"samples": n, "skip": skip}
         return Data(self.samples[len(self.samples) - n:], self.source, self.format,
-                    dict(self.mapping), list(self.notes), recipe, list(self.warnings))
+                    dict(self.mapping), list(self.notes), recipe, list(self.warnings),
+                    dict(self.file_dtypes))
 
     def to_json(self) -> dict[str, Any]:
         inputs: dict[str, Any] = {}
@@ -185,6 +188,7 @@ class Data:
             fin = arr[np.isfinite(arr)] if arr.dtype.kind == "f" else arr
             inputs[name] = {
                 "shape": list(arr.shape[1:]), "dtype": arr.dtype.name,
+                "file_dtype": self.file_dtypes.get(name, arr.dtype.name),
                 "min": float(fin.min()) if fin.size else None,
                 "max": float(fin.max()) if fin.size else None,
                 "nonfinite": int(arr.size - fin.size), "mapping": self.mapping.get(name, "")}
@@ -223,10 +227,14 @@ def gather(path: str | os.PathLike | None, specs: Sequence[Spec], *, samples: in
                     if "scaled twice" in how]
         return Data(loaded, str(path), "images", {k: how for k, (_, how) in mapping.items()},
                     notes, recipe, warnings)
-    loaded = load_inputs(p, specs, samples)
+    seen: dict[str, Conversion] = {}
+    loaded = load_inputs(p, specs, samples, seen=seen)
     return Data(loaded, str(path), p.suffix.lower().lstrip("."),
-                {s.name: "as stored (no mapping)" for s in specs}, [], recipe,
-                _range_warnings(p, loaded, scaling))
+                {s.name: "as stored (no mapping)" for s in specs},
+                [c.note for c in seen.values() if c.note], recipe,
+                _range_warnings(p, loaded, scaling) + [c.warning for c in seen.values()
+                                                       if c.warning],
+                {k: c.file_dtype for k, c in seen.items()})
 
 
 def from_recipe(recipe: Mapping[str, Any], specs: Sequence[Spec],
@@ -347,9 +355,10 @@ def synthetic_inputs(specs: Sequence[Spec], samples: int = 1, seed: int = 0,
 
 # ------------------------------------------------------------------------- files
 def load_inputs(path: str | os.PathLike, specs: Sequence[Spec], samples: int | None = None,
-                pixels: Mapping[str, PixelMap | None] | None = None
-                ) -> list[dict[str, np.ndarray]]:
-    """Samples from a ``.npy``/``.npz`` file or an image directory (at most ``samples``).
+                pixels: Mapping[str, PixelMap | None] | None = None,
+                seen: dict[str, Conversion] | None = None) -> list[dict[str, np.ndarray]]:
+    """Samples from a ``.npy``/``.npz`` file or an image directory (at most ``samples``);
+    ``seen`` receives the dtype conversions made (input name -> :class:`Conversion`).
 
     An image directory needs ``pixels`` (input name -> its :class:`PixelMap`, None for raw
     pixels), normally from :func:`image_mapping`; :func:`gather` does both.
@@ -362,9 +371,9 @@ def load_inputs(path: str | os.PathLike, specs: Sequence[Spec], samples: int | N
             raise UserError(f"{p}: images need a pixel mapping; {PIXEL_HINT}")
         result = _images(p, specs, pixels, samples)[0]
     elif p.suffix.lower() == ".npy":
-        result = _npy(p, specs)
+        result = _npy(p, specs, seen)
     elif p.suffix.lower() == ".npz":
-        result = _npz(p, specs)
+        result = _npz(p, specs, seen)
     else:
         raise UserError(f"{p}: input data must be a .npy or .npz file or a directory of images")
     if not result:
@@ -372,16 +381,18 @@ def load_inputs(path: str | os.PathLike, specs: Sequence[Spec], samples: int | N
     return result[:samples] if samples else result
 
 
-def _npy(p: Path, specs: Sequence[Spec]) -> list[dict[str, np.ndarray]]:
+def _npy(p: Path, specs: Sequence[Spec], seen: dict[str, Conversion] | None = None
+         ) -> list[dict[str, np.ndarray]]:
     if len(specs) != 1:
         names = ", ".join(s.name for s in specs)
         raise UserError(f"{p}: a .npy file feeds a single-input model; this one has inputs "
                         f"{names}: give a .npz keyed by input name")
     arr = _load_array(p)
-    return [{specs[0].name: a} for a in _split(arr, specs[0], str(p))]
+    return [{specs[0].name: a} for a in _split(arr, specs[0], str(p), seen)]
 
 
-def _npz(p: Path, specs: Sequence[Spec]) -> list[dict[str, np.ndarray]]:
+def _npz(p: Path, specs: Sequence[Spec], seen: dict[str, Conversion] | None = None
+         ) -> list[dict[str, np.ndarray]]:
     try:
         with np.load(p, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
@@ -393,7 +404,7 @@ def _npz(p: Path, specs: Sequence[Spec]) -> list[dict[str, np.ndarray]]:
     if missing:
         raise UserError(f"{p}: no array for input(s) {', '.join(missing)}; it holds "
                         f"{', '.join(sorted(arrays)) or 'nothing'}")
-    per_input = {s.name: _split(arrays[s.name], s, f"{p}[{s.name}]") for s in specs}
+    per_input = {s.name: _split(arrays[s.name], s, f"{p}[{s.name}]", seen) for s in specs}
     counts = {len(v) for v in per_input.values()}
     if len(counts) != 1:
         raise UserError(f"{p}: inputs hold different numbers of samples ({sorted(counts)})")
@@ -408,18 +419,24 @@ def _load_array(p: Path) -> np.ndarray:
         raise UserError(f"{p}: cannot read .npy ({exc})") from None
 
 
-def _split(arr: np.ndarray, spec: Spec, where: str) -> list[np.ndarray]:
-    """One array per sample, each at the input's full static shape and dtype."""
+def _split(arr: np.ndarray, spec: Spec, where: str,
+           seen: dict[str, Conversion] | None = None) -> list[np.ndarray]:
+    """One array per sample, each at the input's full static shape and dtype (converted only
+    when exact, else refused or said: :func:`rewriter.verify.dtypes.convert`, recorded in
+    ``seen``)."""
     shape = static(spec.shape)
-    dt = np.dtype(spec.dtype)
-    if arr.dtype.kind not in "fiub":
-        raise UserError(f"{where}: dtype {arr.dtype} cannot feed input {spec.name!r} ({dt})")
+    fits = (arr.shape == shape or arr.shape == shape[1:] or (
+        shape and shape[0] == 1 and arr.ndim == len(shape) and arr.shape[1:] == shape[1:]))
+    if fits:
+        arr, how = convert(arr, np.dtype(spec.dtype), where, spec.name)
+        if how is not None and seen is not None:
+            seen[spec.name] = how
     if arr.shape == shape:
-        return [arr.astype(dt)]
+        return [arr]
     if arr.shape == shape[1:]:
-        return [arr.reshape(shape).astype(dt)]
-    if shape and shape[0] == 1 and arr.ndim == len(shape) and arr.shape[1:] == shape[1:]:
-        return [arr[k:k + 1].astype(dt) for k in range(arr.shape[0])]
+        return [arr.reshape(shape)]
+    if fits:
+        return [arr[k:k + 1] for k in range(arr.shape[0])]
     raise UserError(f"{where}: shape {list(arr.shape)} does not fit input {spec.name!r} of "
                     f"shape {list(shape)} (give {list(shape)}, {list(shape[1:])} or "
                     f"[N, {', '.join(str(d) for d in shape[1:])}])")

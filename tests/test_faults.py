@@ -1,0 +1,202 @@
+"""Faults in the middle (issue 27): memory bombs refused before a read, no silent casts of user
+data, and (below) process trees that die together. Each test asserts the state afterwards, not
+only the exit code."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+GIB = 2**30
+
+
+def _rewrite(*args: object, limit_as: int | None = None, timeout: float = 600
+             ) -> subprocess.CompletedProcess:
+    """The real console entry (supervised), optionally under an address-space limit."""
+    def preexec() -> None:
+        if limit_as is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (limit_as, limit_as))
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "rewriter", *map(str, args)], env=env,
+                          capture_output=True, text=True, timeout=timeout, preexec_fn=preexec)
+
+
+def _error_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+# ----------------------------------------------------------------------------- sizes before reads
+@pytest.fixture(scope="module")
+def tf_keras_h5(tmp_path_factory) -> Path:
+    import tf_keras
+
+    inp = tf_keras.Input((4,), name="x")
+    model = tf_keras.Model(inp, tf_keras.layers.Dense(2, name="dense")(inp))
+    path = tmp_path_factory.mktemp("h5") / "small.h5"
+    model.save(path)
+    return path
+
+
+def _bomb(src: Path, dst: Path) -> Path:
+    """``src`` with its Dense kernel replaced by a dataset declaring 2^15 x 2^16 float32 (8 GiB)
+    that was never written: HDF5 allocates no chunk, so the file stays a few KB."""
+    import h5py
+
+    dst.write_bytes(src.read_bytes())
+    with h5py.File(dst, "r+") as f:
+        name = "model_weights/dense/dense/kernel:0"
+        del f[name]
+        f.create_dataset(name, shape=(2**15, 2**16), dtype="f4", chunks=(256, 256))
+    return dst
+
+
+def test_declared_8_gib_h5_is_refused_under_a_1_gb_address_space(tf_keras_h5, tmp_path):
+    bomb = _bomb(tf_keras_h5, tmp_path / "bomb.h5")
+    assert bomb.stat().st_size < 64 * 1024
+    before = bomb.read_bytes()
+    out = tmp_path / "out"
+    for args in (("inspect", bomb), ("run", bomb, "--target", "tflite", "-o", out)):
+        proc = _rewrite(*args, limit_as=GIB)
+        assert proc.returncode == 2, proc.stderr
+        line = _error_line(proc.stderr)
+        assert "HDF5 dataset 'model_weights/dense/dense/kernel:0' declares 8 GiB" in line, line
+    assert bomb.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["bomb.h5"]  # no OUT, no lock, no staging
+
+
+@pytest.fixture()
+def tiny_budget(monkeypatch):
+    """A budget of 1 KiB: every real file is over it, so each loader's check is seen."""
+    import rewriter.frontends.sizes as sizes
+
+    monkeypatch.setattr(sizes, "budget", lambda: 1024)
+
+
+def test_keras_zip_members_are_measured_before_they_are_read(cli, tmp_path, tiny_budget):
+    import keras
+
+    inp = keras.Input((64,), name="x")
+    path = tmp_path / "m.keras"
+    keras.Model(inp, keras.layers.Dense(64, name="d")(inp)).save(path)
+    code, _, err = cli("inspect", path)
+    assert code == 2
+    assert "the archive member 'model.weights.h5' declares" in _error_line(err)
+
+
+def test_checkpoint_variables_are_measured_from_the_index(cli, tmp_path, tiny_budget):
+    import tensorflow as tf
+
+    ckpt = tf.train.Checkpoint(big=tf.Variable(np.zeros((64, 64), np.float32)))
+    prefix = ckpt.write(str(tmp_path / "ckpt"))
+    code, _, err = cli("inspect", prefix)
+    assert code == 2
+    assert "the variable 'big/.ATTRIBUTES/VARIABLE_VALUE' declares 16 KiB" in _error_line(err)
+
+
+def test_saved_model_variables_are_measured_before_loading(cli, tmp_path, tiny_budget):
+    import tensorflow as tf
+
+    module = tf.Module()
+    module.w = tf.Variable(np.ones((32, 32), np.float32))
+    module.f = tf.function(lambda x: tf.matmul(x, module.w),
+                           input_signature=[tf.TensorSpec([1, 32], tf.float32)])
+    tf.saved_model.save(module, str(tmp_path / "sm"), signatures=module.f)
+    code, _, err = cli("inspect", tmp_path / "sm")
+    assert code == 2
+    line = _error_line(err)
+    assert "the variable 'w/.ATTRIBUTES/VARIABLE_VALUE' declares 4 KiB" in line, line
+
+
+# ----------------------------------------------------------------------------- data types
+def _convert(values, src, dst):
+    from rewriter.verify.dtypes import convert
+
+    return convert(np.asarray(values, src), np.dtype(dst), "d.npy", "x")
+
+
+def test_exact_conversions_are_made_and_said():
+    out, how = _convert([0, 2**24, -(2**24)], np.int64, np.float32)
+    assert out.dtype == np.float32 and out.tolist() == [0, 2**24, -(2**24)]
+    assert how.exact and how.file_dtype == "int64" and not how.warning
+    out, how = _convert([True, False], np.bool_, np.float32)
+    assert out.tolist() == [1.0, 0.0] and how.exact
+    out, how = _convert([0.5, 2.0**100], np.float64, np.float32)
+    assert how.exact and out.tolist() == [0.5, 2.0**100]
+
+
+def test_int64_beyond_2_24_is_converted_with_the_error_it_made():
+    big = 4 * 10**18 + 1
+    out, how = _convert([big, 3], np.int64, np.float32)
+    assert not how.exact and "beyond +-2^24" in how.warning
+    err = abs(int(out[0]) - big)  # float32(4e18+1) is 3999999937226997760: 62773002241 off
+    assert err == 62773002241 and f"{float(err):.6g}" in how.warning
+
+
+def test_float64_within_float32_range_is_rounded_with_a_note():
+    out, how = _convert([0.1, -3.3], np.float64, np.float32)
+    assert np.array_equal(out, np.asarray([0.1, -3.3], np.float32))
+    assert not how.exact and not how.warning and "relative error at most 5.96e-08" in how.note
+
+
+@pytest.mark.parametrize("values, src, dst, needle", [
+    ([1e39], np.float64, np.float32, "beyond float32's range"),
+    ([1 + 2j], np.complex64, np.float32, "complex64 is not a real number type"),
+    ([0.5], np.float32, np.int32, "non-integral values"),
+    ([2**40], np.int64, np.int32, "outside int32's range"),
+    ([2], np.int64, np.bool_, "other than 0 and 1"),
+])
+def test_conversions_that_change_values_are_refused(values, src, dst, needle):
+    from rewriter.errors import UserError
+
+    with pytest.raises(UserError, match=needle):
+        _convert(values, src, dst)
+
+
+@pytest.fixture(scope="module")
+def dense_keras(tmp_path_factory) -> Path:
+    import keras
+
+    inp = keras.Input((4,), name="x")
+    path = tmp_path_factory.mktemp("dense") / "dense.keras"
+    keras.Model(inp, keras.layers.Dense(2, name="d")(inp)).save(path)
+    return path
+
+
+def test_int64_data_beyond_2_24_is_a_warning_in_the_summary_and_report(cli, dense_keras,
+                                                                        tmp_path):
+    import json
+
+    data = tmp_path / "big.npy"
+    np.save(data, np.asarray([[4 * 10**18, 1, 2, 3]] * 2, np.int64))
+    out = tmp_path / "out"
+    code, stdout, err = cli(dense_keras, "--target", "tflite", "--data", data, "-o", out)
+    assert code in (0, 1), err
+    warning = "int64 data into a float32 input: values beyond +-2^24"
+    assert warning in stdout + err
+    report = json.loads((out / "report.json").read_text())
+    section = report["data"]["verification"]
+    assert section["inputs"]["x"]["file_dtype"] == "int64"
+    assert section["inputs"]["x"]["dtype"] == "float32"
+    assert any(warning in w for w in section["warnings"]) and \
+        any(warning in w for w in report["warnings"])
+
+
+def test_float64_data_beyond_float32_is_refused_and_nothing_written(cli, dense_keras, tmp_path):
+    data = tmp_path / "huge.npy"
+    np.save(data, np.asarray([[1e39, 0, 0, 0]], np.float64))
+    out = tmp_path / "out"
+    code, _, err = cli(dense_keras, "--target", "tflite", "--data", data, "-o", out)
+    assert code == 2
+    assert "float64 data into a float32 input: holds values beyond float32's range" in \
+        _error_line(err)
+    assert sorted(os.listdir(tmp_path)) == ["huge.npy"]
