@@ -255,6 +255,10 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["PYTHONPATH=. python benchmarks/model_families.py",
                         *(sys.argv[1:] if argv is None else argv)])
     Path(args.out + ".md").write_text(render(results, command))
+    from benchmarks import stamp
+
+    stamp.stamp_files([args.out + ".md", args.out + ".json"], "model_families.py", argv,
+                      command=command)
     return 0
 
 
