@@ -99,10 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dim", type=int, default=32)
     ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--workdir", type=Path, help="keep models, data and outputs here")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "families_transformer"),
+                    help="results file stem (OUT.md, stamped; '' for none)")
     args = ap.parse_args(argv)
     targets = [t for t in args.targets.split(",") if t]
-    print("| model | target | exit | rules applied | placement | numbers |")
-    print("|---|---|---|---|---|---|")
+    table = ["| model | target | exit | rules applied | placement | numbers |",
+             "|---|---|---|---|---|---|"]
+    print("\n".join(table))
     with contextlib.ExitStack() as stack:
         if args.workdir is None:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory()))
@@ -118,8 +121,14 @@ def main(argv: list[str] | None = None) -> int:
         np.save(root / "data.npy", token_embeddings(8, args.tokens, args.dim, seed=2))
         for flavour, path in paths.items():
             for target in targets:
-                print(_row(flavour, target, path, root, root / f"{path.stem}_{target}"),
-                      flush=True)
+                table.append(_row(flavour, target, path, root, root / f"{path.stem}_{target}"))
+                print(table[-1], flush=True)
+    if args.out:
+        from benchmarks import stamp
+
+        out = Path(args.out + ".md")
+        out.write_text("\n".join(["# Transformer encoder on every target", "", *table]) + "\n")
+        stamp.stamp_files([out], "families_transformer.py", argv)
     return 0
 
 

@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=64)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/rewriter_mem"))
     ap.add_argument("--root", type=Path, default=ROOT, help="the checkout whose jobs run")
+    ap.add_argument("--out", help="also write OUT.md and OUT.json (stamped, benchmarks/stamp.py)")
     args = ap.parse_args(argv)
     models, targets = args.models.split(","), args.targets.split(",")
     args.workdir.mkdir(parents=True, exist_ok=True)
@@ -54,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"jobs of {root} (batch: {batch_dir})")
     print("model | target | exit | job RSS MB | job footprint MB | plain RSS MB | RSS ratio | "
           "footprint ratio")
+    rows = []
     for name in models:
         case, out = args.workdir / "models" / name, args.workdir / "baselines" / name
         out.mkdir(parents=True, exist_ok=True)
@@ -67,7 +69,32 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name} | {t} | {job.get('exit_code')} | {rss} | {mem} | {plain} | "
                   f"{rss / plain:.2f} | {mem / plain:.2f}" if rss and plain else
                   f"{name} | {t} | {job.get('exit_code')} | {rss} | {mem} | {plain} | - | -")
+            rows.append({"model": name, "target": t, "exit": job.get("exit_code"),
+                         "job_rss_mb": rss, "job_footprint_mb": mem, "plain_rss_mb": plain,
+                         "plain_exit": base.get("exit"),
+                         # a ratio only against a baseline that finished
+                         "rss_ratio": round(rss / plain, 2)
+                         if rss and plain and base.get("exit") == 0 else None})
+    if args.out:
+        _write(args.out, rows, args.size, root, argv)
     return 0
+
+
+def _write(out: str, rows: list[dict], size: int, root: Path, argv: list[str] | None) -> None:
+    from benchmarks import stamp
+
+    lines = ["# Peak memory: `rewrite batch` jobs against the plain converter", "",
+             f"{size}x{size}; each job through `rewrite batch --workers 1`, peak RSS summed over "
+             "its process tree; the plain converter (plain tf2onnx for onnx) in its own process.",
+             "", "| model | target | exit | job RSS MB | job footprint MB | plain RSS MB | "
+             "RSS ratio |", "|---|---|---|---:|---:|---:|---:|"]
+    lines += [f"| {r['model']} | {r['target']} | {r['exit']} | {r['job_rss_mb']} | "
+              f"{r['job_footprint_mb']} | {r['plain_rss_mb']} | "
+              f"{'-' if r['rss_ratio'] is None else format(r['rss_ratio'], '.2f')} |" for r in rows]
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out + ".json").write_text(json.dumps({"size": size, "rows": rows}, indent=1) + "\n")
+    Path(out + ".md").write_text("\n".join(lines) + "\n")
+    stamp.stamp_files([out + ".md", out + ".json"], "memory_ratio.py", argv, root=root)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 import threading
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     job = argv[argv.index("--") + 1:] if "--" in argv else []
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", type=Path, default=ROOT, help="the checkout whose code runs")
+    ap.add_argument("--out", help="also write OUT.md and OUT.json (stamped, benchmarks/stamp.py)")
     args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     if not job:
         ap.error("give the job's arguments after --")
@@ -88,14 +90,37 @@ def main(argv: list[str] | None = None) -> int:
     stages.Steps.__call__ = timed
     t0 = time.perf_counter()
     code = rewrite(job)
-    print(f"rewrite {' '.join(job)}\nexit {code}, {time.perf_counter() - t0:.1f} s, code of "
+    seconds = time.perf_counter() - t0
+    print(f"rewrite {' '.join(job)}\nexit {code}, {seconds:.1f} s, code of "
           f"{args.root.resolve()} (rewriter {os.path.dirname(stages.__file__)})")
     print(f"{'stage':<22} {'RSS at start':>13} {'peak':>8}")
-    for name, start, peak in sampler.rows:
-        if not name.startswith("(") or peak > start + 50:  # a gap between steps that did work
-            print(f"{name:<22} {start:>10} MB {peak:>5} MB")
-    print(f"{'job':<22} {'':>13} {max(p for _, _, p in sampler.rows):>5} MB")
+    rows = [(name, start, peak) for name, start, peak in sampler.rows
+            if not name.startswith("(") or peak > start + 50]  # a gap between steps that did work
+    for name, start, peak in rows:
+        print(f"{name:<22} {start:>10} MB {peak:>5} MB")
+    job_peak = max(p for _, _, p in sampler.rows)
+    print(f"{'job':<22} {'':>13} {job_peak:>5} MB")
+    if args.out:
+        _write(args.out, argv, job, code, seconds, rows, job_peak, args.root.resolve())
     return 0
+
+
+def _write(out: str, argv: list[str], job: list[str], code: int, seconds: float,
+           rows: list[tuple[str, int, int]], job_peak: int, root: Path) -> None:
+    from benchmarks import stamp
+
+    result = {"job": job, "exit": code, "seconds": round(seconds, 1), "job_peak_mb": job_peak,
+              "stages": [{"stage": n, "rss_start_mb": s, "peak_mb": p} for n, s, p in rows]}
+    lines = ["# Peak memory of one job, stage by stage", "",
+             f"`rewrite {' '.join(job)}`: exit {code}, {seconds:.1f} s, job peak **{job_peak} MB**"
+             " (in-process, RSS sampled every 20 ms).", "",
+             "| stage | RSS at start, MB | peak, MB |", "|---|---:|---:|"]
+    lines += [f"| {n} | {s} | {p} |" for n, s, p in rows]
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out + ".json").write_text(json.dumps(result, indent=1) + "\n")
+    Path(out + ".md").write_text("\n".join(lines) + "\n")
+    # The commit stamped is the one whose code ran (--root).
+    stamp.stamp_files([out + ".md", out + ".json"], "stage_memory.py", argv, root=root)
 
 
 if __name__ == "__main__":

@@ -165,17 +165,22 @@ def _stamp_md(path: Path, head: dict) -> None:
 
 
 def _stamp_json(path: Path, head: dict) -> None:
-    data = json.loads(path.read_text(encoding="utf-8"))
+    text = path.read_text(encoding="utf-8")
+    data = json.loads(text)
     if isinstance(data, dict):
         data["stamp"] = head
-        path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        lines = text.splitlines()
+        indent = (len(lines[1]) - len(lines[1].lstrip(" "))) if len(lines) > 1 else None
+        path.write_text(json.dumps(data, indent=indent or None) + "\n", encoding="utf-8")
     # A list (rows) keeps its shape: its stamp is the .md's of the same name.
 
 
 def stamp_files(paths: list[Path] | list[str], script: str, argv: list[str] | None = None,
-                command: str | None = None) -> dict:
-    """Write the stamp into each results file (.md: after its title; .json dict: ``stamp``)."""
-    head = header(command or command_line(script, argv), script=script)
+                command: str | None = None, root: Path = ROOT) -> dict:
+    """Write the stamp into each results file (.md: after its title; .json dict: ``stamp``).
+
+    ``root``: the checkout whose code was measured (its commit is stamped)."""
+    head = header(command or command_line(script, argv), script=script, root=root)
     for path in map(Path, paths):
         if not path.exists():
             continue
@@ -187,9 +192,11 @@ def stamp_files(paths: list[Path] | list[str], script: str, argv: list[str] | No
 
 
 def stamp_of(stem: Path) -> dict | None:
-    """The stamp of a results file ``stem`` (.md or .json or either of their twins)."""
+    """The stamp of a results file ``stem``: its own, its .md/.json twin's, or a sidecar
+    ``STEM.stamp.json`` (for files whose format holds no stamp, or that another script owns)."""
     stem = Path(stem)
-    for path in (stem, stem.with_suffix(".md"), stem.with_suffix(".json")):
+    sidecar = stem.with_suffix(".stamp.json")
+    for path in (stem, stem.with_suffix(".md"), stem.with_suffix(".json"), sidecar):
         if path.suffix in (".md", ".json"):
             head = read(path)
             if head:

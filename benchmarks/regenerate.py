@@ -1,0 +1,185 @@
+"""Regenerate the evidence the README quotes: every benchmark, one command, stamped files.
+
+    PYTHONPATH=. python benchmarks/regenerate.py [--quick] [--only NAME,...] [--nice 10]
+    PYTHONPATH=. python benchmarks/regenerate.py --check     # stamps and staleness only
+    PYTHONPATH=. python benchmarks/regenerate.py --list      # the plan, with durations
+
+Runs, one at a time, each benchmark of :data:`PLAN` with the exact command it lists (``--quick``:
+the entries marked quick, about 30 minutes on 2 shared cores), then stamps every results file
+it wrote with this checkout's commit, date, machine, tool versions and that command
+(``benchmarks/stamp.py``; the scripts that stamp their files themselves are stamped again
+with the same header). ``--check`` lists every results file of the plan with its commit and
+whether it is stale: the code it describes (``rewriter``, ``op_tables``, its script) changed
+since that commit; exit 1 if any is stale or unstamped. Then
+``python -m pytest tests/test_readme_figures.py`` checks the README's figures against the files
+(``benchmarks/figures.py``; with ``REWRITER_FIGURES_STRICT=1`` it also fails on stale files).
+Exit 0 when every benchmark ran and exited 0, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from benchmarks import stamp  # noqa: E402
+
+R = "benchmarks/results/"
+
+
+@dataclass(frozen=True)
+class Bench:
+    name: str
+    args: tuple[str, ...]      # benchmarks/SCRIPT and its arguments
+    files: tuple[str, ...]     # the results files it writes (from the repository root)
+    minutes: int               # wall time on 2 shared cores, as measured (~: estimated)
+    quick: bool = False
+
+    @property
+    def script(self) -> str:
+        return Path(self.args[0]).name
+
+    @property
+    def command(self) -> str:
+        return "PYTHONPATH=. python " + " ".join(self.args)
+
+
+# What the README quotes. Durations: the last measured run on the shared 2-core machines.
+PLAN = [
+    Bench("readme_example", ("benchmarks/readme_example.py",),
+          (R + "readme_example.md", R + "readme_example.json"), 1, quick=True),
+    Bench("lstm_fused_support", ("benchmarks/lstm_fused_support.py",),
+          (R + "lstm_fused_support.md", R + "lstm_fused_support.json"), 2, quick=True),
+    Bench("audio_int8_range", ("benchmarks/audio_int8_range.py",),
+          (R + "audio_int8_range.md",), 2, quick=True),
+    Bench("audio_16x8", ("benchmarks/audio_16x8.py",),
+          (R + "audio_16x8.md", R + "audio_16x8.json"), 4, quick=True),
+    Bench("families_transformer", ("benchmarks/families_transformer.py",),
+          (R + "families_transformer.md",), 5, quick=True),
+    Bench("model_families_audio", ("benchmarks/model_families.py", "--models", "audio", "--out",
+                                   R + "model_families_audio"),
+          (R + "model_families_audio.md", R + "model_families_audio.json"), 5, quick=True),
+    Bench("model_families_basic_pitch",
+          ("benchmarks/model_families.py", "--models", "basic_pitch", "--out",
+           R + "model_families_basic_pitch"),
+          (R + "model_families_basic_pitch.md", R + "model_families_basic_pitch.json"), 12,
+          quick=True),
+    Bench("model_families", ("benchmarks/model_families.py", "--models",
+                             "detector,detector_tfkeras,detector_nms"),
+          (R + "model_families.md", R + "model_families.json"), 6),
+    Bench("model_families_recurrent",
+          ("benchmarks/model_families.py", "--models", "recurrent", "--slow", "--out",
+           R + "model_families_recurrent"),
+          (R + "model_families_recurrent.md", R + "model_families_recurrent.json"), 30),
+    Bench("activation_matrix", ("benchmarks/activation_matrix.py",),
+          (R + "activation_matrix.md", R + "activation_matrix.json"), 60),
+    Bench("prequant_int8", ("benchmarks/prequant_int8.py", "--size", "128", "--models",
+                            "MobileNetV2,MobileNetV3Small,EfficientNetB0"),
+          (R + "prequant_int8.md", R + "prequant_int8.json"), 15),
+    Bench("convnext64_edgetpu", ("benchmarks/real_models.py", "--realistic", "--size", "64",
+                                 "--models", "ConvNeXtTiny", "--targets", "edgetpu", "--name",
+                                 "convnext64_edgetpu"),
+          (R + "convnext64_edgetpu.md", R + "convnext64_edgetpu.json"), 5),
+    Bench("real_models", ("benchmarks/real_models.py", "--realistic", "--size", "224",
+                          "--targets", "edgetpu,ethos-u55-128,tflm,onnx,gpu"),
+          (R + "real_models.md", R + "real_models.json"), 20),
+    Bench("real_models_edgetpu", ("benchmarks/real_models.py", "--realistic", "--size", "224",
+                                  "--targets", "edgetpu", "--name", "real_models_edgetpu"),
+          (R + "real_models_edgetpu.md", R + "real_models_edgetpu.json"), 10),
+    Bench("stage_memory", ("benchmarks/stage_memory.py", "--out", R + "stage_memory", "--",
+                           "/tmp/rewriter_mem96/models/ConvNeXtTiny/model.keras", "--target",
+                           "tflm", "--calibration",
+                           "/tmp/rewriter_mem96/models/ConvNeXtTiny/calibration.npy", "--data",
+                           "/tmp/rewriter_mem96/models/ConvNeXtTiny/data.npy", "-o",
+                           "/tmp/rewriter_mem96/stage_out"),
+          (R + "stage_memory.md", R + "stage_memory.json"), 3),
+    Bench("memory_ratio", ("benchmarks/memory_ratio.py", "--models", "ConvNeXtTiny,ResNet50,Xception",
+                           "--targets", "edgetpu,tflm", "--size", "96", "--workdir",
+                           "/tmp/rewriter_mem96", "--out", R + "memory_ratio"),
+          (R + "memory_ratio.md", R + "memory_ratio.json"), 20),
+    Bench("memory_ratio_224", ("benchmarks/memory_ratio.py", "--models", "ResNet50", "--targets",
+                               "edgetpu,onnx", "--size", "224", "--workdir",
+                               "/tmp/rewriter_mem224", "--out", R + "memory_ratio_224"),
+          (R + "memory_ratio_224.md", R + "memory_ratio_224.json"), 15),
+    Bench("zoo", ("benchmarks/zoo.py", "--full", "--size", "96", "--workdir", "/tmp/zoo_regen"),
+          ("benchmarks/RESULTS.md", R + "zoo.json"), 60),
+    Bench("slow_suite", ("benchmarks/slow_suite.py",),
+          (R + "slow_suite.md", R + "slow_suite.json"), 240),
+]
+# stage_memory reads the models memory_ratio builds: run memory_ratio first.
+ORDER = ["memory_ratio"]
+
+
+def _files_stamp(bench: Bench) -> None:
+    files = [ROOT / f for f in bench.files]
+    own = [f for f in files if f.suffix in (".md", ".json")]
+    head = stamp.stamp_files(own, bench.script, command=bench.command)
+    for f in files:  # files whose format holds no stamp keep a sidecar
+        if stamp.read(f) is None and stamp.read(f.with_suffix(".md")) is None:
+            f.with_suffix(".stamp.json").write_text(
+                __import__("json").dumps(head, indent=1) + "\n")
+
+
+def check(plan: list[Bench]) -> int:
+    bad = 0
+    for bench in plan:
+        for name in bench.files:
+            head = stamp.stamp_of(ROOT / name)
+            why = stamp.stale(head, bench.script)
+            commit = (head or {}).get("commit") or "-"
+            print(f"{name}: {commit[:7]} {(head or {}).get('date', '')}: "
+                  + (f"STALE ({why})" if why else "current"))
+            bad += bool(why)
+    return 1 if bad else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="only the quick subset (~30 min)")
+    ap.add_argument("--only", help="comma-separated names of the plan")
+    ap.add_argument("--nice", type=int, default=10, help="run the benchmarks at this niceness")
+    ap.add_argument("--check", action="store_true", help="only list stamps and staleness")
+    ap.add_argument("--list", action="store_true", help="only print the plan")
+    args = ap.parse_args(argv)
+    plan = [b for b in PLAN if not args.quick or b.quick]
+    if args.only:
+        names = args.only.split(",")
+        unknown = set(names) - {b.name for b in PLAN}
+        if unknown:
+            print(f"error: no benchmark {sorted(unknown)} in the plan; see --list", file=sys.stderr)
+            return 2
+        plan = [b for b in PLAN if b.name in names]
+    plan.sort(key=lambda b: (b.name not in ORDER, b.name == "slow_suite"))
+    if args.list:
+        for b in plan:
+            print(f"{b.name:<28} {b.minutes:>4} min {'quick' if b.quick else '     '} {b.command}")
+        print(f"total about {sum(b.minutes for b in plan)} min")
+        return 0
+    if args.check:
+        return check(plan)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    failed = []
+    for bench in plan:
+        print(f"== {bench.name}: {bench.command}", flush=True)
+        start = time.time()
+        code = subprocess.call(["nice", "-n", str(args.nice), sys.executable, *bench.args],
+                               cwd=ROOT, env=env)
+        print(f"== {bench.name}: exit {code}, {time.time() - start:.0f} s", flush=True)
+        if code != 0:
+            failed.append(bench.name)
+        if all((ROOT / f).exists() for f in bench.files):
+            _files_stamp(bench)
+    check(plan)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
