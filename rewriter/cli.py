@@ -115,7 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="no progress output (also accepted after the command)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, mod in _available_commands().items():
-        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
+        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP,
+                           epilog=getattr(mod, "EPILOG", None),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         # SUPPRESS: an unset -q after the command keeps a -q given before it.
         p.add_argument(*_GLOBAL_FLAGS, dest="quiet", action="store_true",
                        default=argparse.SUPPRESS, help="no progress output")

@@ -200,3 +200,27 @@ def test_float64_data_beyond_float32_is_refused_and_nothing_written(cli, dense_k
     assert "float64 data into a float32 input: holds values beyond float32's range" in \
         _error_line(err)
     assert sorted(os.listdir(tmp_path)) == ["huge.npy"]
+
+
+# ----------------------------------------------------------------------------- documented refusals
+def test_every_batch_manifest_refusal_is_in_the_readme_and_the_help(cli):
+    from rewriter.commands.batch import REFUSALS
+
+    readme = (ROOT / "README.md").read_text()
+    code, stdout, _ = cli("batch", "--help")
+    assert code == 0
+    flat = " ".join(stdout.split())
+    for refusal in REFUSALS:
+        assert f"* {refusal}\n" in readme, refusal
+        assert " ".join(refusal.split()) in flat, refusal
+    assert "give one of them a `name`" in flat
+
+
+def test_two_jobs_writing_one_directory_are_refused_naming_name(cli, dense_keras, tmp_path):
+    manifest = tmp_path / "m.toml"
+    manifest.write_text(f'[[job]]\nmodel = "{dense_keras}"\ntarget = "tflite"\n'
+                        f'[[job]]\nmodel = "{dense_keras}"\ntarget = "tflite"\n')
+    code, _, err = cli("batch", manifest, "-o", tmp_path / "out")
+    assert code == 2
+    assert "two jobs write dense-tflite/" in _error_line(err) and "`name`" in err
+    assert not (tmp_path / "out").exists()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import textwrap
 from typing import Any
 
 from rewriter.errors import UserError
@@ -16,6 +17,34 @@ from rewriter.errors import UserError
 HELP = "run many jobs from a manifest (TOML [[job]] entries), resumable, in parallel or on Ray"
 #: What one job is expected to need at most when no job has run yet (MB); raised as jobs end.
 DEFAULT_JOB_MEMORY_MB = 3000.0
+
+#: Every refusal the manifest and DIR can give (exit 2, nothing runs), as ``--help`` and the
+#: README list them (tests/test_faults.py keeps the three in step).
+REFUSALS = (
+    "the manifest is missing, a directory, or not valid TOML",
+    "a table other than [[job]] and [defaults]",
+    "no [[job]] entry",
+    "a job without `model = \"path\"`, or whose model does not exist (paths are relative to "
+    "the manifest)",
+    "a job without `target = \"name\"` or a list of names, or naming an unknown target",
+    "two jobs writing one directory (the same model stem and target): give one of them a "
+    "`name`",
+    "`name` with more than one target, or a `name` that cannot be a directory (empty, with a "
+    "`/`, starting with `.`, or `logs`)",
+    "a key that is not a long option of `rewrite run`, or one the batch sets itself (`out`, "
+    "`json`, `quiet`, `help`)",
+    "a flag that is not true/false, a list for an option that is not repeatable, a value that "
+    "is not a string or a number, or a value `rewrite run` itself refuses",
+    "-o DIR that is or holds an input, or holds files no `rewrite batch` wrote",
+    "--workers below 1 or --job-memory not positive",
+)
+EPILOG = "\n".join([
+    textwrap.fill("manifest keys per [[job]] (or in [defaults]): model, target (a name or a list: "
+                  "one job per target), name (the job's directory; default <model "
+                  "stem>-<target>), and any long option of `rewrite run` (`-` or `_` alike; true "
+                  "for flags, a list for repeatable options).", 78),
+    "", "refused before any job runs (exit 2, naming the job):",
+    *(textwrap.fill(r, 78, initial_indent="  * ", subsequent_indent="    ") for r in REFUSALS)])
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
