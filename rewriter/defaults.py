@@ -11,13 +11,18 @@ from __future__ import annotations
 QUANTIZE_MODES = ("int8", "float16", "none")
 #: ONNX opset of ONNX targets when neither ``--opset`` nor the table's ``default_opset`` says.
 DEFAULT_OPSET = 17
-#: int8 calibration samples: at most this many are read from ``--calibration`` data, and this
-#: many seeded synthetic ones are drawn when none is given.
+#: int8 calibration samples drawn (seeded, synthetic) when the user gives no data.
 CALIBRATION_SAMPLES = 32
+#: At most this many of the user's samples calibrate (``--calibration-samples`` lowers it): every
+#: sample given is used up to here, as the plain converter uses every sample it is given. TFLite's
+#: documentation asks for "a few hundred"; 500 samples of a 224x224x3 float image are 300 MB.
+CALIBRATION_CAP = 500
 #: Seed of synthetic calibration samples (verification uses :data:`VERIFY_SEED`, so the two
 #: sets differ).
 CALIBRATION_SEED = 1
-#: Verification samples of the job (``rewrite run --samples``).
+#: Verification samples of the job (``rewrite run --samples``). When the user gives one set of
+#: data, this many (at most a quarter of it, at least one) are held back from calibration and
+#: the verdict rests on them (:func:`rewriter.stages.job_data`).
 VERIFY_SAMPLES = 8
 #: Seed of synthetic verification samples.
 VERIFY_SEED = 0

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from rewriter.defaults import CALIBRATION_SAMPLES, RECOVER_EPOCHS, VERIFY_SAMPLES
+from rewriter.defaults import RECOVER_EPOCHS, VERIFY_SAMPLES
 from rewriter.int8_range import lines as range_lines
 from rewriter.model import Model
 from rewriter.passes import RewriteResult
@@ -56,7 +56,7 @@ class JobOptions:
     calibration: str | None = None  # .npy/.npz/image dir for int8 calibration
     inputs: str | None = None  # .npy/.npz/image dir for verification (default: calibration)
     samples: int = VERIFY_SAMPLES  # verification samples
-    calibration_samples: int = CALIBRATION_SAMPLES
+    calibration_samples: int | None = None  # None: every sample given, up to CALIBRATION_CAP
     int8_io: bool | None = None  # None: int8 I/O when the target is an int8 accelerator
     input_ranges: dict[str, tuple[float, float]] = field(default_factory=dict)  # synthetic data
     pixels: Any = None  # verify.data.PixelMap for image directories (--pixel-range/--pixel-norm)

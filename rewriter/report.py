@@ -54,7 +54,9 @@ def build_report(job: Job) -> dict[str, Any]:
         report["recover"] = job.recovery.to_json()
         if job.recovery.kept:
             report["equivalence"]["recovered_tf"] = job.recovery.float_after.to_json()
-    report["summary"] = summary(report, attempt, job.data.verification.synthetic)
+    report["summary"] = summary(report, attempt, job.data.verification.synthetic,
+                                job.data.describe() if not job.data.verification.synthetic
+                                else job.data.calibrated)
     if job.recovery is not None:
         report["summary"] = report["summary"][:-1] + "; " + job.recovery.describe() + "."
     if tail is not None:
@@ -154,8 +156,9 @@ def bound_text(bound: dict[str, Any] | None) -> str:
     return f"max abs error {bound['max_abs_error']:.2g} {where}"
 
 
-def summary(report: dict[str, Any], attempt: Attempt, synthetic: bool) -> str:
-    """The one-line verdict the CLI prints and report.md opens with."""
+def summary(report: dict[str, Any], attempt: Attempt, synthetic: bool, data: str = "") -> str:
+    """The one-line verdict the CLI prints and report.md opens with; ``data`` says which data
+    the verdict rests on and what calibrated (:meth:`rewriter.stages.JobData.describe`)."""
     parts = []
     before = report.get("unsupported_before") or []
     after = report.get("unsupported_after")
@@ -182,6 +185,8 @@ def summary(report: dict[str, Any], attempt: Attempt, synthetic: bool) -> str:
                         "runtime" if attempt.artifact.fallback else ""))
     if synthetic:
         parts.append("verified on SYNTHETIC data only (give --data or --calibration)")
+    if data:
+        parts.append(data)
     return "; ".join(parts) + "."
 
 

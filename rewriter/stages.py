@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from rewriter.defaults import (
+    CALIBRATION_CAP,
     CALIBRATION_SAMPLES,
     CALIBRATION_SEED,
     VERIFY_SAMPLES,
@@ -73,16 +74,28 @@ class Steps:
 
 
 # ----------------------------------------------------------------------------- data
+#: Quantisation modes whose converter calibrates activation ranges on samples.
+CALIBRATED = ("int8",)
+
+
 @dataclass
 class JobData:
     """The samples a job verifies on and, for int8, the samples it calibrates on, each with its
     provenance (:class:`rewriter.verify.data.Data`), and what the user should know about them
-    (synthetic data measures nothing about real data)."""
+    (synthetic data measures nothing about real data).
+
+    ``basis`` says which data the verdict rests on and ``calibrated`` what calibrated (the
+    summary line shows both); ``disjoint`` is False only when the one sample given both
+    calibrated and verified; ``cap`` is the most samples calibration takes from the user."""
 
     verification: Data
     calibration: Data | None
     verification_warning: str | None = None
     calibration_warning: str | None = None
+    basis: str = ""
+    calibrated: str = ""
+    disjoint: bool = True
+    cap: int = CALIBRATION_CAP
 
     @property
     def samples(self) -> list[Feeds]:
@@ -99,62 +112,114 @@ class JobData:
             out.extend(w for w in (d.warnings if d else []) if w not in out)
         return out
 
+    def describe(self) -> str:
+        """The summary line's words on the data: the verdict's basis, then the calibration."""
+        return "; ".join(t for t in (f"verdict on {self.basis}" if self.basis else "",
+                                     self.calibrated) if t)
+
     def to_json(self) -> dict[str, Any]:
         """``report["data"]``: what the verdict and the calibration rest on."""
-        return {"verification": self.verification.to_json(),
-                "calibration": self.calibration.to_json() if self.calibration else None}
+        verification = self.verification.to_json() | {"verdict_rests_on": self.basis,
+                                                        "disjoint": self.disjoint}
+        calibration = (self.calibration.to_json() | {"calibrated_on": self.calibrated,
+                                                     "cap": self.cap}
+                       if self.calibration else None)
+        return {"verification": verification, "calibration": calibration}
 
 
 def job_data(model: Model, quantize: str, calibration: str | None = None,
              inputs: str | None = None, samples: int = VERIFY_SAMPLES,
-             calibration_samples: int = CALIBRATION_SAMPLES,
+             calibration_samples: int | None = None,
              ranges: Mapping[str, tuple[float, float]] | None = None,
              pixels: Any = None, hold_out: bool = False) -> JobData:
-    """Verification samples (``inputs``, else the calibration data, else seeded synthetic) and
-    the calibration set (``calibration``, else seeded synthetic when ``quantize`` is int8, or
-    when ``hold_out``), mapped the way the model expects (its input Rescaling/Normalization, or
-    ``pixels``).
+    """Verification samples and the calibration set, mapped the way the model expects (its
+    input Rescaling/Normalization, or ``pixels``), never overlapping when the user gave data:
 
-    ``hold_out`` (``--recover``: fine-tuning learns from the calibration set) keeps the two
-    sets apart: verification samples drawn from the calibration data are its last quarter (at
-    most ``samples``), no longer part of the calibration set."""
+    * ``calibration`` and ``inputs`` (different files): calibrate on every sample of the
+      first (at most ``calibration_samples``, default :data:`~rewriter.defaults.
+      CALIBRATION_CAP`), verify on ``samples`` of the second;
+    * one set (``calibration``, or ``inputs`` when the mode calibrates (int8) or ``hold_out``
+      (``--recover`` fine-tunes on the calibration set), or both naming one file): its last
+      quarter (at most ``samples``, at least one) is held back and verified on, the rest
+      calibrates; a set of one sample both calibrates and verifies (``disjoint`` False; refused
+      for ``hold_out``);
+    * no data: seeded synthetic verification samples and, when calibrating, seeded synthetic
+      calibration samples (:data:`~rewriter.defaults.CALIBRATION_SAMPLES`)."""
     from rewriter.verify.data import gather
     from rewriter.verify.input_scaling import input_scaling
 
     common = {"ranges": dict(ranges or {}), "pixels": pixels, "scaling": input_scaling(model)}
+    cap = calibration_samples or CALIBRATION_CAP
+    calibrates = quantize in CALIBRATED or hold_out
+    what = f"{quantize} calibrated" if quantize in CALIBRATED else "fine-tuned"
+    if inputs and calibration and Path(inputs).resolve() == Path(calibration).resolve():
+        inputs = None  # one set of data, given twice
     verify_warning = cal_warning = None
     cal = None
     if calibration:
-        cal = gather(calibration, model.inputs, samples=calibration_samples, **common)
+        cal = gather(calibration, model.inputs, samples=cap + samples, **common)
         if cal.nonfinite():
             raise UserError(f"{calibration}: calibration data holds {cal.nonfinite()} NaN/Inf "
                             "value(s); the int8 converter cannot calibrate on them: remove them")
-    same = bool(inputs and calibration and Path(inputs).resolve() == Path(calibration).resolve())
-    if inputs and not (hold_out and same):
+    one = None  # (the one set of data, its flag) to split
+    if inputs and (cal is not None or not calibrates):
         data = gather(inputs, model.inputs, samples=samples, **common)
-    elif cal and hold_out:
-        if len(cal.samples) < 2:
-            raise UserError(f"{calibration}: --recover needs at least 2 calibration samples "
-                            "(it holds some back to measure on)")
-        held = max(1, min(samples, len(cal.samples) // 4))
-        data = cal.tail(held)
-        cal = cal.head(len(cal.samples) - held)
-        data.notes.insert(0, f"held back from --calibration: its last {held} sample(s), "
-                             "which fine-tuning never sees")
-    elif cal:
-        data = cal.head(samples)
+        basis = f"{len(data.samples)} sample(s) of --data"
+        if cal is not None:
+            cal = cal.head(cap)
+            basis += " (not calibrated on)"
+    elif cal is not None and not calibrates:
+        data, cal = cal.head(samples), cal.head(cap)
+        basis = f"{len(data.samples)} sample(s) of --calibration (no calibration: {quantize})"
+    elif inputs:
+        whole = gather(inputs, model.inputs, samples=cap + samples, **common)
+        if whole.nonfinite():  # cannot calibrate on it: verify on it, calibrate synthetic
+            data = whole.head(samples)
+            basis = f"{len(data.samples)} sample(s) of --data"
+        else:
+            one = (whole, "--data")
+    elif cal is not None:
+        one = (cal, "--calibration")
     else:
         data = gather(None, model.inputs, samples=samples, seed=VERIFY_SEED, **common)
+        basis = f"{len(data.samples)} SYNTHETIC sample(s)"
         verify_warning = (f"verified on {len(data.samples)} synthetic inputs (seeded; "
                           + "; ".join(f"{k}: {v}" for k, v in data.mapping.items())
                           + "); give --data or --calibration with real data to measure on it")
-    if (quantize == "int8" or hold_out) and cal is None:
-        cal = gather(None, model.inputs, samples=calibration_samples, seed=CALIBRATION_SEED,
+    disjoint = True
+    if one is not None:
+        whole, flag = one
+        n = len(whole.samples)
+        if n < 2:
+            if hold_out:
+                raise UserError(f"{whole.source}: --recover needs at least 2 calibration "
+                                "samples (it holds some back to measure on)")
+            data, cal, disjoint = whole, whole, False
+            basis = f"the 1 sample of {flag}, which also {what} (too few to hold one back)"
+            verify_warning = (f"{flag} holds 1 sample: it both {what} and verified, so the "
+                              "verdict says nothing about other inputs; give more samples or "
+                              "--data")
+        else:
+            held = max(1, min(samples, n // 4))
+            data, cal = whole.tail(held), whole.head(n - held).head(cap)
+            data.notes.insert(0, f"held back from {flag}: its last {held} sample(s), which "
+                                 f"are never {what} on")
+            basis = f"{held} sample(s) held back from {flag}"
+    if calibrates and cal is None:
+        cal = gather(None, model.inputs, samples=CALIBRATION_SAMPLES, seed=CALIBRATION_SEED,
                      **common)
-        what = "int8 calibrated" if quantize == "int8" else "fine-tuned"
-        cal_warning = (f"{what} on synthetic inputs: accuracy on real data is "
-                       "unmeasured; give --calibration (.npy, .npz or an image directory)")
-    return JobData(data, cal, verify_warning, cal_warning)
+        cal_warning = (f"{what} on synthetic "
+                       "inputs: accuracy on real data is unmeasured; give --calibration (.npy, "
+                       ".npz or an image directory)")
+    calibrated = ""
+    if calibrates and cal is not None:
+        count = len(cal.samples)
+        every = "every one not held back" if one is not None and disjoint else "every one"
+        calibrated = (f"{what} on {count} synthetic sample(s)" if cal.synthetic else
+                      f"{what} on {count} sample(s) of {cal.source}"
+                      + (f" (the cap, --calibration-samples {cap})" if count >= cap else
+                         f" ({every}; cap {cap})"))
+    return JobData(data, cal, verify_warning, cal_warning, basis, calibrated, disjoint, cap)
 
 
 # ----------------------------------------------------------------------------- export

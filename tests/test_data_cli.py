@@ -57,7 +57,8 @@ def test_image_folder_with_pixel_range_passes_on_correctly_scaled_data(cli, imag
         image = data[role]["inputs"]["image"]
         assert image["mapping"].startswith("pixels 0..255 mapped linearly to [0, 1]")
         assert 0.0 <= image["min"] and image["max"] <= 1.0
-    assert data["calibration"]["samples"] == 16
+    assert data["calibration"]["samples"] == 12  # 16 images, the last 4 held back to verify
+    assert data["verification"]["samples"] == 4 and data["verification"]["disjoint"]
     # measured again on the .npy the PNGs came from, i.e. correctly scaled real data
     code, stdout, _ = cli("verify", SAMPLES["keras"], out / "model.tflite", "--inputs", CALIB,
                           "--samples", "16", "--json")
@@ -87,7 +88,7 @@ def test_quick_start_then_verify_agrees_with_the_job(cli, quick_start):
     code, stdout, _ = cli("verify", SAMPLES["keras"], quick_start / "model.tflite")
     assert code == 0, stdout
     assert "the job's verification data" in stdout and "tolerances: the job's" in stdout
-    assert f"8 sample(s), {CALIB.resolve()}" in stdout
+    assert f"4 sample(s), {CALIB.resolve()}" in stdout  # held back from the 16 given
 
 
 def test_verify_of_the_rewritten_saved_model_uses_the_rules_bounds(cli, quick_start):

@@ -24,7 +24,7 @@ from rewriter.commands._common import (
     rewrite_reports,
 )
 from rewriter.defaults import (
-    CALIBRATION_SAMPLES,
+    CALIBRATION_CAP,
     DEFAULT_OPSET,
     QUANTIZE_MODES,
     RECOVER_EPOCHS,
@@ -53,15 +53,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calibration", metavar="DATA",
                         help="int8 calibration data: .npy, .npz (keyed by input) or image dir")
     parser.add_argument("--data", dest="verify_inputs", metavar="DATA",
-                        help="verification inputs (default: the calibration data, else "
-                        "seeded synthetic inputs)")
+                        help="verification inputs (default: the last quarter of the one set "
+                        "given, at most --samples, held back from calibration; else seeded "
+                        "synthetic inputs)")
     parser.add_argument("--input-range", action="append", default=[], metavar="[NAME:]LO,HI",
                         help="range of synthetic inputs when no data is given (default: what "
                         "the model's input Rescaling/Normalization layer or --pixel-range "
                         "implies, else -1,1)")
-    parser.add_argument("--calibration-samples", type=int, default=CALIBRATION_SAMPLES,
-                        metavar="N", help="int8 calibration samples taken from --calibration "
-                        f"(default {CALIBRATION_SAMPLES}; more covers rarer ranges)")
+    parser.add_argument("--calibration-samples", type=int, default=None, metavar="N",
+                        help="at most N samples calibrate int8 (default: every one given, up to "
+                        f"{CALIBRATION_CAP}; the samples held back for verification excluded)")
     parser.add_argument("--samples", type=int, default=VERIFY_SAMPLES,
                         help=f"verification samples (default {VERIFY_SAMPLES})")
     parser.add_argument("--float-io", action="store_true",
@@ -130,7 +131,8 @@ def run(args: argparse.Namespace, ui: Any) -> int:
                              quantize=args.quantize, exact_only=args.exact_only,
                              calibration=args.calibration, inputs=args.verify_inputs,
                              samples=max(1, args.samples), run_vela=not args.no_vela,
-                             calibration_samples=max(1, args.calibration_samples),
+                             calibration_samples=(max(1, args.calibration_samples)
+                                                  if args.calibration_samples else None),
                              int8_io=False if args.float_io else None,
                              check_each_rule=args.check_each_rule, recover=args.recover,
                              qat=args.qat,
