@@ -261,11 +261,28 @@ def export_artifact(model: Model, target: Target, quantize: str, path: Path,
             return Exported(path, export_onnx(model, path, opset=target.opset))
         from rewriter.export.tflite import export_tflite
 
-        return Exported(path, export_tflite(model, path, quantize=quantize,
-                                            calibration=calibration,
-                                            int8_io=wants_int8_io(target, int8_io, quantize)))
+        model, regrouped = _regrouped(model, target)
+        result = export_tflite(model, path, quantize=quantize, calibration=calibration,
+                               int8_io=wants_int8_io(target, int8_io, quantize))
+        if regrouped:
+            result.repairs.insert(0, f"{regrouped} grouped convolution(s) exported grouped, as "
+                                  "the plain converter does: the target runs a grouped CONV_2D "
+                                  "(the TF graph keeps the split form TF's CPU kernels need)")
+        return Exported(path, result)
     except ExportError as exc:
         return Exported(path, None, exc)
+
+
+def _regrouped(model: Model, target: Target) -> tuple[Model, int]:
+    """The model with its split grouped convolutions put back together where the target runs
+    grouped ones (exact), and how many were."""
+    if not target.grouped_conv:
+        return model, 0
+    from rewriter.rules.grouped_conv_split import regroup
+
+    keep = [s.name for s in model.outputs]
+    graph_def, count = regroup(model.graph_def, keep)
+    return (model.with_graph(graph_def) if count else model), count
 
 
 def export_message(target: Target, quantize: str, path: Path) -> str:

@@ -30,7 +30,8 @@ TABLE_DIR = op_tables_dir()
 
 _TOP_KEYS = {"name", "title", "sources", "version", "artifact", "default_quantize",
              "partitioning", "configs", "unsupported_note", "generic", "ops", "unsupported",
-             "ops_from", "default_opset", "ops_label", "runtime"}
+             "ops_from", "default_opset", "ops_label", "runtime",
+             "grouped_conv"}
 _REQUIRED = ("name", "title", "sources", "version", "artifact", "default_quantize",
              "partitioning")
 _ENUMS = {"artifact": ("tflite", "onnx"), "default_quantize": QUANTIZE_MODES,

@@ -53,6 +53,9 @@ class Target:
         #: The interpreter the exported .tflite is run in to prove it (ONNX: ONNX Runtime).
         self.runtime: str = data.get("runtime", "litert")
         self.ops_from: str | None = data.get("ops_from")
+        #: The target runs a grouped CONV_2D itself: the exported file keeps it grouped
+        #: (:func:`rewriter.rules.grouped_conv_split.regroup`).
+        self.grouped_conv: bool = bool(data.get("grouped_conv", False))
         self.opset: int | None = None
         if self.artifact == "onnx":
             self.opset = int(opset or data.get("default_opset", DEFAULT_OPSET))

@@ -131,3 +131,104 @@ def test_tf_keras_grouped_conv_h5_loads_and_matches_the_keras_layer(tmp_path):
     x = np.random.default_rng(4).uniform(-3, 3, (1, 10, 10, 8)).astype("f4")
     got = next(iter(loaded.run({"image": x}).values()))
     assert_close_rel(got, keras_model(x).numpy(), rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- regroup
+def _split_then_bn(cin: int, cout: int, groups: int) -> tuple[Model, np.ndarray, np.ndarray]:
+    """The split form of a grouped conv followed by a per-channel multiply and add (what a
+    BatchNormalization after a grouped conv leaves once the rule has split the conv)."""
+    model, w = _grouped_graph(cin, cout, groups)
+    split = apply_rules(model, [RULE]).model
+    gd = GraphDef()
+    gd.CopyFrom(split.graph_def)
+    scale = np.random.default_rng(2).uniform(0.5, 1.5, cout).astype("f4")
+    gd.node.extend([make_const("scale", scale), make_const("shift", np.full(cout, 0.1, "f4")),
+                    make_node("Mul", "bn_mul", [split.outputs[0].tensor, "scale"],
+                              {"T": np.float32}),
+                    make_node("AddV2", "bn_add", ["bn_mul", "shift"], {"T": np.float32})])
+    out = TensorSpec("y", "bn_add:0", split.outputs[0].shape, "float32")
+    return Model(gd, split.inputs, [out], split.source), w, scale
+
+
+@pytest.mark.parametrize("cin,cout,groups", [(8, 16, 4), (24, 24, 12)])  # 12: a concat tree
+def test_regroup_puts_the_grouped_filter_back_exactly(cin, cout, groups):
+    from rewriter.rules.grouped_conv_split import regroup
+
+    model, w = _grouped_graph(cin, cout, groups)
+    split = apply_rules(model, [RULE]).model
+    gd, count = regroup(split.graph_def, [s.tensor for s in split.outputs])
+    assert count == 1
+    ops = [n.op for n in gd.node]
+    assert ops.count("Conv2D") == 1 and "Split" not in ops and "ConcatV2" not in ops
+    conv = next(n for n in gd.node if n.op == "Conv2D")
+    assert conv.name == "conv"  # the original conv's name, the signature's output
+    kernel = next(n for n in gd.node if n.name == conv.input[1])
+    from rewriter.graph import const_to_array
+
+    assert np.array_equal(const_to_array(kernel), w)  # the same filter, bit for bit
+    assert conv.input[0] == "x"
+
+
+def test_regroup_leaves_a_split_whose_branch_is_read_elsewhere():
+    from rewriter.rules.grouped_conv_split import regroup
+
+    model, _ = _grouped_graph(8, 16, 4)
+    split = apply_rules(model, [RULE]).model
+    gd = GraphDef()
+    gd.CopyFrom(split.graph_def)
+    branch = next(n.name for n in gd.node if n.op == "Conv2D")
+    gd.node.append(make_node("Relu", "other_reader", [branch], {"T": np.float32}))
+    out, count = regroup(gd, [split.outputs[0].tensor, "other_reader:0"])
+    assert count == 0 and out is gd
+
+
+@pytest.fixture(scope="module")
+def exported_for_ethos_u(tmp_path_factory):
+    """The split grouped conv + multiply/add exported full int8 for ethos-u55-128 (the job's
+    export stage), and the same graph exported with the table's grouped_conv switched off."""
+    from rewriter.stages import export_artifact
+    from rewriter.targets import load_target
+
+    model, w, scale = _split_then_bn(16, 32, 4)
+    rng = np.random.default_rng(5)
+    cal = [{"x": rng.uniform(-3, 3, (1, 12, 12, 16)).astype("f4")} for _ in range(16)]
+    tmp = tmp_path_factory.mktemp("regroup")
+    target = load_target("ethos-u55-128")
+    assert target.grouped_conv
+    grouped = export_artifact(model, target, "int8", tmp / "grouped.tflite", cal)
+    target.grouped_conv = False
+    split = export_artifact(model, target, "int8", tmp / "split.tflite", cal)
+    return model, w, scale, grouped, split
+
+
+def test_ethos_u_artifact_keeps_the_grouped_conv_and_folds_what_follows(exported_for_ethos_u):
+    model, w, scale, grouped, split = exported_for_ethos_u
+    assert grouped.ok and split.ok
+    assert grouped.result.repairs and "1 grouped convolution" in grouped.result.repairs[0]
+    assert sorted(set(grouped.result.ops)) == ["CONV_2D"]  # multiply and add folded into it
+    assert {"SPLIT", "CONCATENATION", "MUL"} <= set(split.result.ops)
+    from ai_edge_litert.interpreter import Interpreter
+
+    interp = Interpreter(model_path=str(grouped.path))
+    interp.allocate_tensors()
+    inp, out = interp.get_input_details()[0], interp.get_output_details()[0]
+    x = np.random.default_rng(6).uniform(-3, 3, (1, 12, 12, 16)).astype("f4")
+    s, z = inp["quantization"]
+    interp.set_tensor(inp["index"], np.clip(np.round(x / s + z), -128, 127).astype(np.int8))
+    interp.invoke()
+    s, z = out["quantization"]
+    got = (interp.get_tensor(out["index"]).astype("f4") - z) * s
+    want = model.run({"x": x})["y"]
+    err = np.abs(got - want).max() / np.abs(want).max()
+    assert err < 0.03, err  # int8 noise only (the reference is the TF split form)
+
+
+def test_vela_runs_the_grouped_file_no_slower_than_the_split_one(exported_for_ethos_u):
+    pytest.importorskip("ethosu.vela")
+    from rewriter.vela import run_vela
+
+    *_, grouped, split = exported_for_ethos_u
+    g = run_vela(grouped.path, "ethos-u55-128")
+    s = run_vela(split.path, "ethos-u55-128")
+    assert g.cpu_ops == 0 and s.cpu_ops == 0
+    assert g.inference_time < s.inference_time, (g.inference_time, s.inference_time)
