@@ -360,7 +360,8 @@ def judge_baseline(path: str, target_name: str, outdir: Path) -> dict[str, Any]:
         "ops": len(read_artifact(path).ops), "ops_on_accelerator": mapped, "ops_counted": total,
         "unsupported": [{k: u[k] for k in ("op", "count", "reason")}
                         for u in check.unsupported_summary()],
-        "cut": check.cut, "float_ops": _float_ops(path)}
+        "cut": check.cut, "float_ops": _float_ops(path),
+        "might_not_map": check.placement()["might_not_map"]}
     if verdict.vela is not None:
         res["vela"] = _vela_brief(verdict.vela.to_json())
     return res

@@ -2,7 +2,8 @@
 
     PYTHONPATH=. python benchmarks/zoo.py [--full] [--size 64] [--workers 1] [--models a,b]
         [--targets edgetpu,ethos-u55-128,tflm,onnx] [--workdir /tmp/rewriter_zoo]
-        [--onnx2tf /tmp/onnx2tf-venv/bin/onnx2tf]
+        [--onnx2tf /work/venv-onnx2tf/bin/onnx2tf]
+    python benchmarks/zoo.py --setup-onnx2tf [--python python3.12]
 
 By default a reduced zoo (``REDUCED``: MobileNetV3Small, MobileNetV2, EfficientNetB0, ResNet50)
 at 64x64, what a shared 2-core machine runs in under an hour; ``--full`` runs the whole list
@@ -12,21 +13,28 @@ shared cores; ``--size`` overrides either: ``--size 224``, ImageNet's, takes hou
 
 One command: builds the zoo (``benchmarks/zoo_build.py``, in a process of its own), writes a
 manifest and runs ``rewrite batch`` on it (so every job is the main job, as a deployment pipeline
-runs it), then, per model and in processes of their own, the baselines: the plain TFLite
-converter (full int8, int8 I/O) and plain tf2onnx (``benchmarks/zoo_tools.py``), and onnx2tf on
-that ONNX file with its Edge TPU replacement flags (``-rtpo`` for the ops the Edge TPU lacks,
-full int8 with int8 I/O calibrated on the same data, input shape kept). Every file is judged by
-the same judges: ops placed on the accelerator (op table, Edge TPU cut, Vela for Ethos-U),
-Vela's estimated inference time, int8 cosine to the original float model on the same
+runs it), then, per model and in processes of their own, the baselines exactly as their users run
+them, from the user's own model file (``benchmarks/zoo_tools.py``): the plain TFLite converter
+(full int8, int8 I/O), tf2onnx through its documented API (``tf2onnx.convert.from_keras``), and
+onnx2tf's command line on tf2onnx's file with its documented full-int8 flags (``-oiqt`` with our
+calibration data by ``-cind``, ``-iqd int8 -oqd int8``), ``-rtpo`` for the ops the Edge TPU lacks
+(onnx2tf documents no Edge-TPU-specific flag) and ``-kat`` to keep the input shape. onnx2tf runs
+its default backend first (``flatbuffer_direct``); when that fails, its documented fallback
+``-tb tf_converter``; both attempts are recorded. Every file is judged by the same judges: ops
+placed on the accelerator (op table, Edge TPU cut and "might not be mapped" ops, Vela for
+Ethos-U), Vela's estimated inference time, int8 cosine to the original float model on the same
 verification data, wall time, and peak memory of the process tree (sampled every 0.1 s, children
-included). Figures are published as ratios against the plain converter measured in the same run
-(the machine is shared and noisy). Everything is resumable: ``rewrite batch`` skips finished
+included). Wall time and memory are published as ratios to the plain converter measured in the
+same run (the machine is shared and noisy), and only where that baseline finished: a crash or a
+failure is shown as such, with no ratio. Everything is resumable: ``rewrite batch`` skips finished
 jobs, and each baseline's result is kept in the work directory.
 
-onnx2tf pins TensorFlow 2.19, so it lives in a virtual environment of its own:
-``python -m venv /tmp/onnx2tf-venv && /tmp/onnx2tf-venv/bin/pip install onnx2tf==1.29.24``.
-It would download sample images for its own output check on RGB models; a seeded file of ours is
-put where it looks first (its working directory), so nothing is downloaded.
+onnx2tf 2.6 needs Python >= 3.12 and pins numpy, onnx and protobuf versions that rewriter's own
+environment excludes, so it lives in a virtual environment of its own, made by
+``python benchmarks/zoo.py --setup-onnx2tf`` (the command is ``ONNX2TF_SETUP``; ``--onnx2tf``
+points at another install). Its version, its Python's and its TensorFlow's go into the results.
+A seeded sample-image file of ours is put where onnx2tf looks for one (its working directory), so
+nothing is downloaded.
 
 Results: ``benchmarks/RESULTS.md``, ``benchmarks/results/zoo.json``, ``benchmarks/results/zoo.svg``.
 """
@@ -59,21 +67,13 @@ TARGETS = ("edgetpu", "ethos-u55-128", "tflm", "onnx")
 #: TFLite int8 path needs no help with).
 RTPO = ("HardSwish", "Erf", "GeLU", "LeakyReLU", "PReLU", "Neg", "Abs", "Power")
 SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
-#: onnx2tf's -oiqt quantisation of its SavedModel, on our calibration data (argv: saved model
-#: directory, calibration .npy, output .tflite); run by onnx2tf's own Python.
-QUANTISE = """
-import sys, numpy as np, tensorflow as tf
-conv = tf.lite.TFLiteConverter.from_saved_model(sys.argv[1])
-cal = np.load(sys.argv[2]).astype(np.float32)
-conv.optimizations = [tf.lite.Optimize.DEFAULT]
-conv.representative_dataset = lambda: ([x[None]] for x in cal)
-conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8, tf.lite.OpsSet.SELECT_TF_OPS]
-conv.inference_input_type = tf.int8
-conv.inference_output_type = tf.int8
-data = conv.convert()
-open(sys.argv[3], "wb").write(data)
-print("{}")
-"""
+#: onnx2tf's current release, and its own environment (override with $ONNX2TF_VENV).
+ONNX2TF_VERSION = "2.6.9"
+ONNX2TF_VENV = Path(os.environ.get("ONNX2TF_VENV", "/work/venv-onnx2tf"))
+#: The documented install (onnx2tf's README: Python >= 3.12, the ``tensorflow`` extra for its
+#: ``tf_converter`` backend); ``{python}`` is a Python 3.12 interpreter.
+ONNX2TF_SETUP = ("{python} -m venv {venv} && {venv}/bin/pip install "
+                 f"'onnx2tf[tensorflow]=={ONNX2TF_VERSION}'")
 
 
 def log(msg: str) -> None:
@@ -180,52 +180,81 @@ def baselines(workdir: Path, name: str, targets: list[str], onnx2tf: str | None
     if onnx2tf and tfl_targets and (out / "plain.onnx").exists():
         res["onnx2tf"] = _cached(out / "onnx2tf.json", lambda: _onnx2tf(
             onnx2tf, case, out, res["plain_onnx"], env))
-        quant = out / "onnx2tf" / "plain_full_integer_quant.tflite"
-        if quant.exists() and quant.stat().st_size:
+        quant = res["onnx2tf"].get("file")
+        if quant and Path(quant).exists() and Path(quant).stat().st_size:
             res["onnx2tf"]["judge"] = _cached(out / "onnx2tf_judge.json", lambda: measured(
                 _py(tools, "judge", str(case), str(quant), ",".join(tfl_targets)),
                 env=env)["result"])
     return res
 
 
+def onnx2tf_command(onnx2tf: str, onnx_path: Path, outdir: Path, input_name: str,
+                    calibration: Path, lo: float, hi: float, backend: str | None) -> list[str]:
+    """onnx2tf's command line: full int8 with int8 I/O (``-oiqt -iqd int8 -oqd int8``) calibrated
+    on our data. ``-cind`` takes data normalised to [0, 1] with the mean and std that map it back:
+    ``(n - mean) / std == x`` for ``n = (x - lo) / (hi - lo)``, ``mean = -lo / (hi - lo)``,
+    ``std = 1 / (hi - lo)``. ``-kat`` keeps the input's shape (else an NHWC input is taken for
+    NCHW), ``-rtpo`` replaces the ops the Edge TPU lacks."""
+    span = (hi - lo) or 1.0
+    cmd = [onnx2tf, "-i", str(onnx_path), "-o", str(outdir), "-kat", input_name,
+           "-rtpo", *RTPO, "-oiqt", "-cind", input_name, str(calibration),
+           f"[{-lo / span!r}]", f"[{1.0 / span!r}]", "-iqd", "int8", "-oqd", "int8"]
+    return cmd + (["-tb", backend] if backend else [])
+
+
 def _onnx2tf(onnx2tf: str, case: Path, out: Path, plain_onnx: dict[str, Any],
              env: dict[str, str]) -> dict[str, Any]:
-    """Keras -> tf2onnx (the plain ONNX export above) -> onnx2tf, full int8 with int8 I/O."""
+    """tf2onnx's file (``plain.onnx``) -> onnx2tf's command line, full int8 with int8 I/O: its
+    default backend, then ``-tb tf_converter`` if that fails. The result holds every attempt;
+    ``file`` is the full-int8 TFLite of the attempt that wrote one."""
     import numpy as np
     import onnx
 
-    work = out / "onnx2tf"
-    work.mkdir(exist_ok=True)
-    subprocess.run(_py(str(ROOT / "benchmarks" / "zoo_tools.py"), "sample-data",
-                       str(work / SAMPLE_FILE)), env=env, check=True, capture_output=True)
     proto = onnx.load(str(out / "plain.onnx"), load_external_data=False)
     name = proto.graph.input[0].name
     cal = np.load(case / json.loads((case / "case.json").read_text())["calibration"])
-    np.save(work / "calibration.npy", cal.astype(np.float32))
-    # onnx2tf converts to a float SavedModel; its own -oiqt full-int8 step crashes with our
-    # calibration data given by -cind (onnx2tf 1.29.24: an AttributeError in its accuracy
-    # correction), and without -cind it calibrates on ImageNet-normalised sample images, not
-    # the model's input range. So its SavedModel is quantised the way -oiqt does it
-    # (TFLiteConverter, TFLITE_BUILTINS_INT8 + SELECT_TF_OPS, int8 I/O) on our calibration
-    # data, in onnx2tf's Python, as a second measured step.
-    # -kat with onnx2tf's own name for the input too (':' becomes '__'), else it takes the NHWC
-    # input for NCHW and transposes it (seen: [1, 64, 64, 3] became [1, 64, 3, 64])
-    cmd = [onnx2tf, "-i", str(out / "plain.onnx"), "-o", str(work), "-n", "-kat", name,
-           name.replace(":", "__"), "-rtpo", *RTPO]
+    lo, hi = float(cal.min()), float(cal.max())
     env2 = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    res = measured(cmd, cwd=work, env=env2)
-    res["command"] = " ".join(["onnx2tf", *cmd[1:]])
-    if res["exit"] == 0:
-        quant = measured([str(Path(onnx2tf).parent / "python"), "-c", QUANTISE, str(work),
-                          str(work / "calibration.npy"),
-                          str(work / "plain_full_integer_quant.tflite")], cwd=work, env=env2)
-        res["quantise"] = quant
-        res["seconds"] = round(res["seconds"] + quant["seconds"], 2)
-        res["peak_rss_mb"] = max(res["peak_rss_mb"], quant["peak_rss_mb"])
-    # a pipeline's cost: tf2onnx then onnx2tf (one after the other)
+    # as an activated venv: onnx2tf runs onnxsim from PATH
+    env2["PATH"] = f"{Path(onnx2tf).parent}{os.pathsep}{env2.get('PATH', '')}"
+    attempts = []
+    res: dict[str, Any] = {}
+    for backend in (None, "tf_converter"):
+        work = out / ("onnx2tf" if backend is None else f"onnx2tf_{backend}")
+        work.mkdir(exist_ok=True)
+        subprocess.run(_py(str(ROOT / "benchmarks" / "zoo_tools.py"), "sample-data",
+                           str(work / SAMPLE_FILE)), env=env, check=True, capture_output=True)
+        span = (hi - lo) or 1.0
+        np.save(work / "calibration.npy", ((cal - lo) / span).astype(np.float32))
+        cmd = onnx2tf_command(onnx2tf, out / "plain.onnx", work, name,
+                              work / "calibration.npy", lo, hi, backend)
+        res = measured(cmd, cwd=work, env=env2)
+        res["command"] = " ".join(["onnx2tf", *cmd[1:]])
+        res["backend"] = backend or "default (flatbuffer_direct)"
+        quant = work / "plain_full_integer_quant.tflite"
+        res["file"] = str(quant) if res["exit"] == 0 and quant.exists() else None
+        attempts.append(res)
+        if res["file"]:
+            break
+    res = dict(attempts[-1], attempts=[{k: a.get(k) for k in
+                                        ("backend", "command", "exit", "seconds", "peak_rss_mb",
+                                         "stderr")} for a in attempts])
+    # a pipeline's cost: tf2onnx then onnx2tf (one after the other), the attempt that worked
     res["pipeline_seconds"] = round(res["seconds"] + plain_onnx.get("seconds", 0), 2)
     res["pipeline_peak_rss_mb"] = max(res["peak_rss_mb"], plain_onnx.get("peak_rss_mb", 0))
     return res
+
+
+def setup_onnx2tf(venv: Path, python: str | None) -> int:
+    """Make onnx2tf's environment by ``ONNX2TF_SETUP`` (needs a Python >= 3.12)."""
+    import shutil
+
+    python = python or shutil.which("python3.12") or shutil.which("python3.13")
+    if not python:
+        raise SystemExit("error: onnx2tf needs Python >= 3.12: pass --python /path/to/python3.12")
+    cmd = ONNX2TF_SETUP.format(python=python, venv=venv)
+    log("$ " + cmd)
+    return subprocess.call(cmd, shell=True)
 
 
 # ----------------------------------------------------------------------------- the machine
@@ -251,20 +280,33 @@ def versions(onnx2tf: str | None) -> dict[str, str]:
     from importlib.metadata import version
 
     out = {}
-    for pkg in ("tensorflow", "keras", "tf2onnx", "onnxruntime", "ethos-u-vela"):
+    for pkg in ("tensorflow", "keras", "tf_keras", "tf2onnx", "onnx", "onnxruntime",
+                "ethos-u-vela"):
         try:
             out[pkg] = version(pkg)
         except Exception:  # noqa: BLE001
             pass
     if onnx2tf:
         py = str(Path(onnx2tf).parent / "python")
-        probe = subprocess.run([py, "-c", "from importlib.metadata import version as v; "
-                                "print(v('onnx2tf'), v('tensorflow'))"],
-                               capture_output=True, text=True)
+        probe = subprocess.run([py, "-c", "import sys; from importlib.metadata import version as v"
+                                "; print(v('onnx2tf'), sys.version.split()[0], v('tensorflow'), "
+                                "v('onnx'), v('onnxruntime'))"], capture_output=True, text=True)
         if probe.returncode == 0:
-            o2t, tf = probe.stdout.split()
-            out["onnx2tf"] = f"{o2t} (with tensorflow {tf})"
+            o2t, pyv, tf, onnx_v, ort = probe.stdout.split()
+            out["onnx2tf"] = (f"{o2t} (its own venv: Python {pyv}, tensorflow {tf}, onnx {onnx_v}"
+                              f", onnxruntime {ort})")
     return out
+
+
+def commit() -> str:
+    """HEAD's commit of the code that runs, ``+dirty`` when its files differ from it."""
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True,
+                              text=True).stdout.strip()
+    head = git("rev-parse", "--short=7", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "rewriter", "benchmarks",
+                "op_tables")
+    return head + ("+dirty" if dirty else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -276,15 +318,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/rewriter_zoo"))
-    ap.add_argument("--onnx2tf", default="/tmp/onnx2tf-venv/bin/onnx2tf",
-                    help="onnx2tf's command (its own venv: it pins tensorflow 2.19, onnx 1.19 and "
-                         "protobuf 4, which rewriter's own pins exclude); '' to leave it out")
+    ap.add_argument("--onnx2tf", default=str(ONNX2TF_VENV / "bin" / "onnx2tf"),
+                    help="onnx2tf's command (its own venv: --setup-onnx2tf); '' to leave it out")
+    ap.add_argument("--setup-onnx2tf", action="store_true",
+                    help=f"make onnx2tf's venv ({ONNX2TF_VENV}, or $ONNX2TF_VENV) and stop")
+    ap.add_argument("--python", default=None, help="the Python >= 3.12 for --setup-onnx2tf")
     ap.add_argument("--results", type=Path, default=ROOT / "benchmarks")
     ap.add_argument("--render", action="store_true",
                     help="only rewrite RESULTS.md and the chart from results/zoo.json")
     args = ap.parse_args(argv)
     from benchmarks.zoo_report import render_all
 
+    if args.setup_onnx2tf:
+        return setup_onnx2tf(ONNX2TF_VENV, args.python)
     if args.render:
         render_all(json.loads((args.results / "results" / "zoo.json").read_text()), args.results)
         return 0
@@ -292,16 +338,19 @@ def main(argv: list[str] | None = None) -> int:
     args.models = args.models or ",".join(ORDER if args.full else REDUCED)
     onnx2tf = args.onnx2tf if args.onnx2tf and Path(args.onnx2tf).exists() else None
     if args.onnx2tf and not onnx2tf:
-        raise SystemExit(f"{args.onnx2tf} not found: create its venv (see the docstring) or "
-                         "pass --onnx2tf ''")
+        raise SystemExit(f"error: {args.onnx2tf} not found: make its venv with "
+                         "`python benchmarks/zoo.py --setup-onnx2tf` or pass --onnx2tf ''")
     models, targets = args.models.split(","), args.targets.split(",")
     start = time.perf_counter()
     meta = {"command": "PYTHONPATH=. python benchmarks/zoo.py " + " ".join(
                 sys.argv[1:] if argv is None else argv),
-            "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "size": args.size,
+            "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit(),
+            "size": args.size,
             "full": args.full,
             "workers": args.workers, "targets": targets, "machine": machine(),
-            "versions": versions(onnx2tf), "onnx2tf_flags": ["-kat", "-rtpo", *RTPO]}
+            "versions": versions(onnx2tf),
+            "onnx2tf_flags": ["-kat", "-rtpo", *RTPO, "-oiqt", "-cind", "-iqd", "int8", "-oqd",
+                              "int8"]}
     meta["resumed"] = (args.workdir / "batch").exists() or (args.workdir / "baselines").exists()
     args.workdir.mkdir(parents=True, exist_ok=True)
     log(f"building {len(models)} models at {args.size}x{args.size}")

@@ -22,15 +22,24 @@ def placement(res: dict[str, Any] | None, target: str) -> dict[str, Any]:
                 "vela_ms": vela.get("inference_ms")}
     if "ops_on_accelerator" in res:  # a judge result
         on, total, cut = res["ops_on_accelerator"], res["ops_counted"], res.get("cut")
+        warned = res.get("might_not_map")
     else:  # a report summary
         p = res.get("placement_after") or {}
         on, total, cut = p.get("ops_on_accelerator"), p.get("ops_total"), p.get("cut")
+        warned = p.get("might_not_map")
     if on is None or not total:
         return {"placed": None, "text": "n/a", "vela_ms": None}
     text = f"{on}/{total}"
+    may_not = None
     if target == "edgetpu":
         text += f" (cut at {cut.get('op')})" if cut else " (no cut)"
-    return {"placed": 100.0 * on / total, "text": text, "vela_ms": None}
+        if warned is not None:  # older records did not keep the count: say nothing then
+            may_not = sum(int(w.get("count", 0)) for w in warned)
+            if may_not:
+                text += f", {may_not} might not be mapped (" + ", ".join(
+                    f"{w['op']} x{w['count']}" for w in warned) + ")"
+    return {"placed": 100.0 * on / total, "text": text, "vela_ms": None,
+            "might_not_map": may_not}
 
 
 def figures(case: dict[str, Any], target: str) -> dict[str, dict[str, Any]]:
@@ -61,12 +70,37 @@ def figures(case: dict[str, Any], target: str) -> dict[str, dict[str, Any]]:
         judge = base.get("judge") or {}
         t = (judge.get("targets") or {}).get(target)
         acc = judge.get("accuracy") or {}
-        failed = not judge
         out[kind] = {**placement(t if t and "error" not in t else None, target),
                      "cosine": acc.get("cosine"), "max_rel_error": acc.get("max_rel_error")}
-        if failed:
-            out[kind]["text"] = "conversion failed" + _why(base)
+        if kind == "onnx2tf" and not base:
+            onnx = case.get("plain_onnx") or {}
+            out[kind]["text"] = ("not run (tf2onnx wrote no file" + _why(onnx) + ")"
+                                 if onnx and not finished(onnx) else "not run")
+        elif not judge:
+            out[kind]["text"] = status(base)
+        elif kind == "onnx2tf" and base.get("backend") == "tf_converter":
+            out[kind]["text"] += " [-tb tf_converter; the default backend failed]"
     return out
+
+
+def finished(base: dict[str, Any] | None) -> bool:
+    """Did the baseline finish: its process exited 0 and it wrote its file? (A baseline record
+    is ``measured``'s: ``exit``, ``result`` = the tool's JSON line; onnx2tf's has ``file``.)"""
+    if not base or base.get("exit") not in (0, "0"):
+        return False
+    if "file" in base:  # onnx2tf: the command line's own exit, and the file it wrote
+        return bool(base["file"])
+    return bool((base.get("result") or {}).get("ok"))
+
+
+def status(base: dict[str, Any] | None) -> str:
+    """``finished``, or how it ended: ``died with SIGSEGV``, ``failed: <why>``."""
+    if finished(base):
+        return "finished"
+    why = _why(base or {})
+    if why.startswith(": died with"):
+        return why[2:]
+    return "failed" + (why or " (no record)" if not base else why)
 
 
 def _why(base: dict[str, Any]) -> str:
@@ -75,8 +109,15 @@ def _why(base: dict[str, Any]) -> str:
     import re
     import signal
 
-    for step in (base.get("quantise") or {}, base):
+    steps = base.get("attempts") or [base]
+    if len(steps) > 1:  # onnx2tf: why each backend failed
+        parts = [f"{s.get('backend')}{_why(dict(s, attempts=None))}" for s in steps]
+        return ": " + "; ".join(parts)
+    for step in steps:
         code = step.get("exit")
+        err = (step.get("result") or {}).get("error")
+        if code in (0, "0") and err:  # the tool ran to the end and said why it failed
+            return ": " + str(err)[:120].replace("|", "/")
         if code in (0, None, "0"):
             continue
         try:
@@ -105,7 +146,10 @@ def costs(case: dict[str, Any], target: str) -> dict[str, Any]:
     res: dict[str, Any] = {"job_s": job.get("seconds"), "job_mb": job.get("peak_rss_mb"),
                            "job_hwm_mb": job.get("peak_rss_hwm_mb"),
                            "job_footprint_mb": job.get("peak_mem_mb"),
-                           "plain_s": base.get("seconds"), "plain_mb": base.get("peak_rss_mb")}
+                           "plain_s": base.get("seconds"), "plain_mb": base.get("peak_rss_mb"),
+                           "plain_status": status(base)}
+    if not finished(base):  # no ratio against a baseline that crashed or failed
+        return res
     if res["job_s"] and res["plain_s"]:
         res["time_ratio"] = res["job_s"] / res["plain_s"]
     if res["job_mb"] and res["plain_mb"]:
@@ -120,13 +164,18 @@ def _f(x: Any, fmt: str) -> str:
     return format(x, fmt) if isinstance(x, (int, float)) else "n/a"
 
 
+def _ratio(x: Any, c: dict[str, Any]) -> str:
+    return _f(x, ".2f") if c["plain_status"] == "finished" else "no ratio"
+
+
 def render_md(doc: dict[str, Any]) -> str:
     meta, results = doc["meta"], doc["results"]
     m = meta["machine"]
     lines = [
         "# Benchmarks: the model zoo", "",
         f"Regenerate: `{meta['command']}` (the onnx2tf venv: see `benchmarks/zoo.py`).", "",
-        f"Run {meta['date_utc']}, "
+        f"Run {meta['date_utc']}" + (f" at commit {meta['commit']}" if meta.get("commit")
+                                       else "") + ", "
         + ("resumed from a work directory holding earlier results (each job's and baseline's "
            "own wall time is in the tables)" if meta.get("resumed")
            else f"{meta['total_s']:.0f} s in all") + f", on {m['cpu']} "
@@ -140,16 +189,18 @@ def render_md(doc: dict[str, Any]) -> str:
         + ("." if meta.get("full") else " (the reduced zoo; `--full` runs the whole list of "
            "`benchmarks/zoo.py` at 96x96; only what ran is published here).")
         + f" Inputs {meta['size']}x{meta['size']} for the image models; "
-        f"`rewrite batch --workers {meta['workers']}` runs the jobs. Per model, the plain TFLite "
-        "converter (full int8, int8 I/O, no rewriting), plain tf2onnx, and onnx2tf on that ONNX "
-        "file (`" + " ".join(meta["onnx2tf_flags"]) + "`: input shape kept, the ops the Edge TPU "
-        "lacks replaced; its SavedModel quantised the way its `-oiqt` does, full int8 with "
-        "int8 I/O, on the same calibration data, since `-oiqt` itself crashes when given it) "
-        "are judged "
-        "like the job judges its own artifact: ops on the accelerator by the target's op table "
-        "(Edge TPU: ops before the first unsupported one, where the compiler cuts), Vela for "
-        "Ethos-U (NPU/CPU operators, estimated inference time), and int8 cosine to the original "
-        "float model on the same 8 verification samples (min over outputs).", ""]
+        f"`rewrite batch --workers {meta['workers']}` runs the jobs. Per model, the baselines "
+        "as their users run them, from the user's own model file (Keras 3 `.keras` by keras, "
+        "Keras 2 `.h5` by tf_keras): the plain TFLite converter (full int8, int8 I/O, no "
+        "rewriting), tf2onnx by its documented API (`tf2onnx.convert.from_keras`), and onnx2tf's "
+        "command line on tf2onnx's file (`" + " ".join(meta["onnx2tf_flags"]) + "`: input shape "
+        "kept, the ops the Edge TPU lacks replaced, full int8 with int8 I/O on the same "
+        "calibration data; its default backend, then `-tb tf_converter` if that fails). Each is "
+        "judged like the job judges its own artifact: ops on the accelerator by the target's op "
+        "table (Edge TPU: ops before the first unsupported one, where the compiler cuts, and "
+        "how many of them the table says *might not be mapped*), Vela for Ethos-U (NPU/CPU "
+        "operators, estimated inference time), and int8 cosine to the original float model on "
+        "the same 8 verification samples (min over outputs).", ""]
     lines += ["## Ops placed, Vela's estimate, int8 cosine", "",
               "| model | target | plain converter | onnx2tf | rewrite | cosine: plain / onnx2tf "
               "/ rewrite | rewrite exit |", "|---|---|---|---|---|---|---|"]
@@ -178,28 +229,37 @@ def render_md(doc: dict[str, Any]) -> str:
               "process counts TensorFlow's ~400 MB of shared libraries again) and the "
               "footprint (private pages of every process, shared file pages once). The plain "
               "converter runs in one process (RSS = footprint); for the ONNX target the baseline "
-              "is plain tf2onnx. onnx2tf's pipeline is tf2onnx then onnx2tf.", "",
+              "is tf2onnx. onnx2tf's pipeline is tf2onnx then onnx2tf. A ratio is given only "
+              "against a baseline that finished: where it crashed or failed, the cell says so "
+              "and gives its time and memory until then.", "",
               "| model | target | plain: s, MB | rewrite: s, RSS MB, footprint MB | time ratio "
               "| **RSS ratio** | footprint ratio | onnx2tf pipeline: s, MB |",
               "|---|---|---|---|---|---|---|---|"]
     worst: tuple[float, str] = (0.0, "")
+    unrated = 0
     for name, case in results.items():
         o2t = case.get("onnx2tf") or {}
         for target in meta["targets"]:
             c = costs(case, target)
+            unrated += c["plain_status"] != "finished"
             ratio = c.get("mem_ratio")
             if ratio is not None and ratio > worst[0]:
                 worst = (ratio, f"{name} / {target}")
-            o = (f"{_f(o2t.get('pipeline_seconds'), '.1f')}, "
-                 f"{_f(o2t.get('pipeline_peak_rss_mb'), '.0f')}" if target != "onnx" and o2t
-                 else "")
-            lines.append(f"| {name} | {target} | {_f(c['plain_s'], '.1f')}, "
-                         f"{_f(c['plain_mb'], '.0f')} | {_f(c['job_s'], '.1f')}, "
+            o = ""
+            if target != "onnx" and o2t:
+                o = (f"{_f(o2t.get('pipeline_seconds'), '.1f')}, "
+                     f"{_f(o2t.get('pipeline_peak_rss_mb'), '.0f')}" if finished(o2t)
+                     else status(o2t).split(":")[0])
+            plain = f"{_f(c['plain_s'], '.1f')}, {_f(c['plain_mb'], '.0f')}"
+            if c["plain_status"] != "finished":  # a crash is a crash: no ratio against it
+                plain = f"**{c['plain_status'].split(':')[0]}** (after {plain})"
+            lines.append(f"| {name} | {target} | {plain} | {_f(c['job_s'], '.1f')}, "
                          f"{_f(c['job_mb'], '.0f')}, {_f(c['job_footprint_mb'], '.0f')} | "
-                         f"{_f(c.get('time_ratio'), '.2f')} | {_f(ratio, '.2f')} | "
-                         f"{_f(c.get('footprint_ratio'), '.2f')} | {o} |")
-    lines += ["", f"Largest RSS ratio: **{worst[0]:.2f}** ({worst[1]}); the goal is 1.5."
-              if worst[1] else "",
+                         f"{_ratio(c.get('time_ratio'), c)} | {_ratio(ratio, c)} | "
+                         f"{_ratio(c.get('footprint_ratio'), c)} | {o} |")
+    lines += ["", f"Largest RSS ratio: **{worst[0]:.2f}** ({worst[1]}); the goal is 1.5"
+              + (f" ({unrated} job(s) have no ratio: their baseline did not finish)."
+                 if unrated else ".") if worst[1] else "",
               "", "Chart: [results/zoo.svg](results/zoo.svg); data: "
               "[results/zoo.json](results/zoo.json).", ""]
     return "\n".join(lines)

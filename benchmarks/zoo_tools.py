@@ -1,19 +1,25 @@
 """The baselines of ``benchmarks/zoo.py``, each run as a process of its own (so its wall time and
 peak memory are its own), and the judge that scores any file like the job scores its artifact.
 
-* ``plain-tflite CASE OUT``: the plain TFLite converter as its users run it: the Keras model
-  loaded, exported as a SavedModel at batch 1, ``TFLiteConverter.from_saved_model``, full int8
-  with int8 input/output (the accelerators' setting) calibrated on the case's calibration data;
-  no rewriting.
-* ``plain-onnx CASE OUT``: plain tf2onnx (the exporter ``rewrite`` uses, in this process) on the
-  frozen graph, no rewriting.
-* ``judge CASE FILE T1,T2,..``: the file against each target the way the job judges its artifact
-  (op table, Edge TPU cut, Vela for Ethos-U; :func:`benchmarks.real_models.judge_baseline`) and
-  its outputs against the original float model on the case's verification data (cosine, max
-  error relative to the output scale); one JSON object on stdout.
+Each baseline starts from the user's own model file, loaded the way its users load it: a Keras 3
+file (``.keras``) by ``keras``, a Keras 2 ``.h5`` by ``tf_keras`` (the package that wrote it).
+Nothing of ``rewriter`` touches the model on the way (no front end, no exporter of ours).
 
-onnx2tf runs in a Python of its own (it pins TensorFlow 2.19); ``benchmarks/zoo.py`` calls its
-command line directly.
+* ``plain-tflite CASE OUT``: the plain TFLite converter as its documentation shows it: a Keras 3
+  model exported with ``model.export(..., format="tf_saved_model")`` (batch 1, as the job
+  converts) and ``tf.lite.TFLiteConverter.from_saved_model``; a tf_keras model by
+  ``tf.lite.TFLiteConverter.from_keras_model``. Full int8 with int8 input/output (the
+  accelerators' setting) calibrated on the case's calibration data; no rewriting.
+* ``plain-onnx CASE OUT``: tf2onnx through its documented API on the original model:
+  ``tf2onnx.convert.from_keras(model, input_signature=<batch 1>, opset=17, output_path=OUT)``.
+* ``judge CASE FILE T1,T2,..``: the file against each target the way the job judges its artifact
+  (op table, Edge TPU cut and "might not be mapped" ops, Vela for Ethos-U;
+  :func:`benchmarks.real_models.judge_baseline`) and its outputs against the original float model
+  on the case's verification data (cosine, max error relative to the output scale); one JSON
+  object on stdout.
+
+onnx2tf runs in a Python of its own (``benchmarks/zoo.py``: ``ONNX2TF_SETUP``); ``zoo.py`` calls
+its command line directly on the file ``plain-onnx`` wrote.
 """
 
 from __future__ import annotations
@@ -43,27 +49,74 @@ def _case(case_dir: Path) -> Any:
                 case_dir / info["data"], info["note"], (0.0, 1.0))
 
 
-def plain_tflite(case_dir: Path, out: Path) -> dict[str, Any]:
-    from benchmarks.real_models import baseline_tflite
+def load_user_model(path: Path) -> Any:
+    """The model as its users load it: ``.h5`` (Keras 2) by tf_keras, anything else by Keras 3."""
+    if path.suffix in (".h5", ".hdf5"):
+        import tf_keras
 
-    return baseline_tflite(_case(case_dir), "int8", out)
+        return tf_keras.models.load_model(path, compile=False)
+    import keras
+
+    return keras.models.load_model(path, compile=False)
+
+
+def _specs(km: Any) -> list[Any]:
+    import tensorflow as tf
+
+    return [tf.TensorSpec((1, *i.shape[1:]), i.dtype, name=i.name.split(":")[0])
+            for i in km.inputs]
+
+
+def plain_tflite(case_dir: Path, out: Path) -> dict[str, Any]:
+    import time
+
+    import keras
+    import tensorflow as tf
+
+    start = time.perf_counter()
+    case = _case(case_dir)
+    km = load_user_model(Path(case.path))
+    cal = np.load(case.calibration)
+    if isinstance(km, keras.Model):
+        sm = out.parent / "plain_savedmodel"
+        with contextlib.redirect_stdout(io.StringIO()):
+            km.export(str(sm), format="tf_saved_model", input_signature=_specs(km))
+        conv = tf.lite.TFLiteConverter.from_saved_model(str(sm))
+        how = "keras: model.export(tf_saved_model, batch 1); TFLiteConverter.from_saved_model"
+    else:
+        conv = tf.lite.TFLiteConverter.from_keras_model(km)
+        how = "tf_keras: TFLiteConverter.from_keras_model"
+    conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    conv.representative_dataset = lambda: ([x[None].astype(np.float32)] for x in cal)
+    conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    conv.inference_input_type = tf.int8
+    conv.inference_output_type = tf.int8
+    try:
+        out.write_bytes(conv.convert())
+    except Exception as exc:  # the converter raises many types; a failure is a result
+        return {"ok": False, "how": how, "error": str(exc).strip().splitlines()[-1][:300],
+                "seconds": round(time.perf_counter() - start, 2)}
+    return {"ok": True, "how": how, "path": str(out),
+            "seconds": round(time.perf_counter() - start, 2)}
 
 
 def plain_onnx(case_dir: Path, out: Path) -> dict[str, Any]:
     import time
 
-    from rewriter.export.onnx import _convert_here
-    from rewriter.frontends import LoadOptions, load_model
+    import tf2onnx
 
     start = time.perf_counter()
-    model = load_model(str(_case(case_dir).path), LoadOptions())
+    km = load_user_model(Path(_case(case_dir).path))
+    how = "tf2onnx.convert.from_keras(model, input_signature=<batch 1>, opset=17)"
     try:
-        proto = _convert_here(model, 17)
+        tf2onnx.convert.from_keras(km, input_signature=_specs(km), opset=17,
+                                   output_path=str(out))
     except Exception as exc:  # a failed export is a result
-        return {"ok": False, "error": str(exc).strip().splitlines()[0][:300]}
-    out.write_bytes(proto.SerializeToString())
-
-    return {"ok": True, "path": str(out), "seconds": round(time.perf_counter() - start, 2)}
+        out.unlink(missing_ok=True)
+        return {"ok": False, "how": how,
+                "error": (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]}
+    return {"ok": True, "how": how, "path": str(out),
+            "seconds": round(time.perf_counter() - start, 2)}
 
 
 def judge(case_dir: Path, path: str, targets: list[str]) -> dict[str, Any]:

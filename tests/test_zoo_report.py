@@ -28,12 +28,18 @@ def _doc() -> dict:
                                                   "inference_ms": 1.0},
                                          "artifact": {"cosine": 0.998}}},
         },
-        "plain_tflite": {"seconds": 20.0, "peak_rss_mb": 2000.0, "judge": {
+        "plain_tflite": {"exit": 0, "result": {"ok": True}, "seconds": 20.0,
+                         "peak_rss_mb": 2000.0, "judge": {
             "accuracy": {"cosine": 0.95},
             "targets": {"edgetpu": {"ops_on_accelerator": 10, "ops_counted": 40,
                                     "cut": {"op": "HARD_SWISH"}},
                         "ethos-u55-128": {"vela": vela}}}},
-        "onnx2tf": {"pipeline_seconds": 40.0, "pipeline_peak_rss_mb": 2200.0},
+        "plain_onnx": {"exit": 0, "result": {"ok": True}, "seconds": 10.0},
+        "onnx2tf": {"exit": 1, "file": None, "seconds": 3.0, "peak_rss_mb": 600.0,
+                    "pipeline_seconds": 13.0, "pipeline_peak_rss_mb": 2200.0, "attempts": [
+                        {"backend": "default (flatbuffer_direct)", "exit": 1,
+                         "stderr": "RuntimeError: flatbuffer_direct fast path failed."},
+                        {"backend": "tf_converter", "exit": -9, "stderr": ""}]},
     }
     meta = {"command": "python benchmarks/zoo.py", "date_utc": "2026-11-23 22:00 UTC",
             "total_s": 100.0, "size": 64, "workers": 1, "full": False,
@@ -51,7 +57,10 @@ def test_figures_and_ratios_come_from_the_records():
     assert f["rewrite"]["placed"] == 100.0 and f["rewrite"]["cosine"] == 0.999
     assert f["plain_tflite"]["placed"] == 25.0
     assert f["plain_tflite"]["text"] == "10/40 (cut at HARD_SWISH)"
-    assert f["onnx2tf"]["text"] == "conversion failed"  # no judge: nothing converted
+    # no judge: nothing converted; why each of its backends failed
+    assert f["onnx2tf"]["text"] == ("failed: default (flatbuffer_direct): RuntimeError: "
+                                    "flatbuffer_direct fast path failed.; tf_converter: died "
+                                    "with SIGKILL")
     e = figures(case, "ethos-u55-128")
     assert e["plain_tflite"]["placed"] == pytest.approx(93.75)
     assert e["plain_tflite"]["vela_ms"] == 1.25 and e["rewrite"]["vela_ms"] == 1.0
@@ -69,3 +78,65 @@ def test_results_markdown_and_chart():
     svg = ET.fromstring(render_svg(doc))
     texts = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}text")]
     assert "Net" in texts and "1.50" in texts
+
+
+def _crashed(case: dict) -> dict:
+    """The plain converter killed by SIGSEGV after 3.5 s (kws in the zoo run at abacb5d)."""
+    case["plain_tflite"] = {"exit": -11, "seconds": 3.5, "peak_rss_mb": 641.0, "result": None}
+    return case
+
+
+def test_no_ratio_against_a_baseline_that_crashed():
+    doc = _doc()
+    case = _crashed(doc["results"]["Net"])
+    c = costs(case, "edgetpu")
+    assert c["plain_status"] == "died with SIGSEGV"
+    assert "time_ratio" not in c and "mem_ratio" not in c and "footprint_ratio" not in c
+    assert figures(case, "edgetpu")["plain_tflite"]["text"] == "died with SIGSEGV"
+    md = render_md(doc)
+    row = next(ln for ln in md.splitlines() if ln.startswith("| Net | edgetpu | **died"))
+    assert row == ("| Net | edgetpu | **died with SIGSEGV** (after 3.5, 641) | 60.0, 3000, 2400 | "
+                   "no ratio | no ratio | no ratio | failed |")
+    assert "3.00" not in md and "1.50" not in md  # the old table printed ratios against it
+    assert "Largest RSS ratio" not in md
+
+
+def test_a_failed_conversion_is_a_failure_with_its_reason():
+    case = _doc()["results"]["Net"]
+    case["plain_tflite"] = {"exit": 0, "seconds": 5.0, "peak_rss_mb": 700.0,
+                            "result": {"ok": False, "error": "Quantization not yet supported"}}
+    assert costs(case, "edgetpu").get("mem_ratio") is None
+    assert figures(case, "edgetpu")["plain_tflite"]["text"] == (
+        "failed: Quantization not yet supported")
+
+
+def test_onnx2tf_is_not_run_without_tf2onnx_file():
+    case = _doc()["results"]["Net"]
+    del case["onnx2tf"]
+    case["plain_onnx"] = {"exit": 0, "result": {"ok": False, "error": "No Op registered"}}
+    assert figures(case, "edgetpu")["onnx2tf"]["text"] == (
+        "not run (tf2onnx wrote no file: No Op registered)")
+
+
+def test_edgetpu_cells_count_ops_that_might_not_be_mapped():
+    case = _doc()["results"]["Net"]
+    warned = [{"op": "RESHAPE", "count": 4, "warning": "large tensor"},
+              {"op": "RESIZE_BILINEAR", "count": 1, "warning": "precision"}]
+    case["jobs"]["edgetpu"]["report"]["placement_after"]["might_not_map"] = warned
+    case["plain_tflite"]["judge"]["targets"]["edgetpu"]["might_not_map"] = warned[:1]
+    f = figures(case, "edgetpu")
+    assert f["rewrite"]["text"] == ("50/50 (no cut), 5 might not be mapped (RESHAPE x4, "
+                                    "RESIZE_BILINEAR x1)")
+    assert f["rewrite"]["might_not_map"] == 5
+    assert f["plain_tflite"]["text"] == ("10/40 (cut at HARD_SWISH), 4 might not be mapped "
+                                         "(RESHAPE x4)")
+    assert "5 might not be mapped" in render_md(_doc_with(case))
+    # an empty list is a measured zero: the cell stays as it was
+    case["jobs"]["edgetpu"]["report"]["placement_after"]["might_not_map"] = []
+    assert figures(case, "edgetpu")["rewrite"]["text"] == "50/50 (no cut)"
+
+
+def _doc_with(case: dict) -> dict:
+    doc = _doc()
+    doc["results"]["Net"] = case
+    return doc
