@@ -222,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
                              *(f"{a} {getattr(args, a[2:])}" for a in shown)]),
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "targets": targets, "rows": {}}
+    from benchmarks import stamp
+
+    # The commit measured, taken before the run (benchmarks/stamp.py).
+    results["stamp"] = stamp.header(results["command"], "activation_matrix.py")
     for key in keys:
         paths = build_case(key, work)
         row: dict[str, Any] = {}
@@ -236,12 +240,14 @@ def main(argv: list[str] | None = None) -> int:
         merged["rows"].update(results["rows"])
         merged.setdefault("reruns", []).append(
             {"command": results["command"], "when": results["when"],
-             "rows": list(results["rows"])})
+             "commit": results["stamp"]["commit"], "rows": list(results["rows"])})
         results = merged
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(dumps(results))
     out.with_suffix(".md").write_text(render(results))
+    stamp.stamp_files([out.with_suffix(".md")], "activation_matrix.py",
+                      command=results["stamp"]["command"])
     return 0
 
 

@@ -12,7 +12,8 @@ files (paths from the repository root; a ``.md`` and its ``.json`` twin are read
 decimal may be the file's value rounded to the digits quoted); a file without a stamp (commit,
 command: ``benchmarks/stamp.py``); a passage that does not name its file's commit (7 hex
 digits); and, outside every passage, a measured-looking figure (3+ decimals, or a mantissa with
-decimals and an exponent) not in :data:`UNRECORDED`. Backquoted text (commands, paths) and
+decimals and an exponent; not a bound such as ``>= 0.999``) not in :data:`UNRECORDED`.
+Backquoted text (commands, paths) and
 HTML comments are not figures. :func:`stale` lists the files whose code changed since their
 stamp's commit.
 """
@@ -26,11 +27,14 @@ from pathlib import Path
 from benchmarks import stamp
 
 ROOT = Path(__file__).resolve().parent.parent
-BLOCK = re.compile(r"<!-- figures: (?P<files>[^>]*?) -->(?P<body>.*?)<!-- /figures -->", re.S)
+BLOCK = re.compile(r"^<!-- figures: (?P<files>[^>\n]*?) -->(?P<body>.*?)^<!-- /figures -->",
+                   re.S | re.M)
 DECIMAL = re.compile(r"(?<![\w.])(\d+\.\d+(?:e[-+]?\d+)?|\d+e-\d+)(%?)(?![\w])")
 INTEGER = re.compile(r"(?<![\w./-])(\d+)(?= NPU| CPU| MB|/\d| of \d)|(?<=/)(\d+)(?![\w.])|"
                      r"(?<= of )(\d+)(?![\w.])")
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+# Operator counts must appear with their unit ("3 CPU", or "CPU: 3" / "cpu": 3 in JSON).
+UNIT = re.compile(r"(?<![\w./-])(\d+) (NPU|CPU)\b")
 MEASURED = re.compile(r"(?<![\w.])(\d+\.\d{3,}|\d+\.\d+e-\d+)(?![\w])")
 
 # Figures the README quotes outside a marked passage, with no results file yet (each is an open
@@ -68,6 +72,11 @@ def _numbers(files: list[Path]) -> tuple[list[float], set[str]]:
                     if re.fullmatch(r"-?\d+", token):
                         integers.add(token.lstrip("-"))
     return sorted(values), integers
+
+
+def _texts(files: list[Path]) -> list[str]:
+    return [twin.read_text(encoding="utf-8", errors="replace") for path in files
+            for twin in {path, path.with_suffix(".md"), path.with_suffix(".json")} if twin.exists()]
 
 
 def _near(values: list[float], target: float, half: float) -> bool:
@@ -115,10 +124,14 @@ def check(readme_path: Path = ROOT / "README.md", root: Path = ROOT) -> list[str
         decimals, ints = quoted(body)
         bad = [d for d in decimals if not decimal_found(d, values)]
         bad += [i for i in ints if i not in integers]
+        text = " ".join(_texts(paths))
+        bad += [f"{n} {unit}" for n, unit in UNIT.findall(_prose(body))
+                if not re.search(rf"(?<![\w.]){n} {unit}\b|\b{unit}\W{{1,3}}{n}(?![\w.])", text, re.I)]
         if bad:
             problems.append(f"README line {line}: not in {' '.join(files)}: {', '.join(bad)}")
-    outside = BLOCK.sub("", readme)
-    loose = [t for t in MEASURED.findall(_prose(outside)) if t not in UNRECORDED]
+    # A bound (">= 0.999", "<= 4.1e-6") states a requirement, not a measurement.
+    outside = re.sub(r"(>=|<=)\s*[\d.e-]+", " ", _prose(BLOCK.sub("", readme)))
+    loose = [t for t in MEASURED.findall(outside) if t not in UNRECORDED]
     if loose:
         problems.append("README figures outside a marked passage (no results file): "
                         + ", ".join(loose))

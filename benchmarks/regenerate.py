@@ -118,7 +118,10 @@ ORDER = ["memory_ratio"]
 
 def _files_stamp(bench: Bench) -> None:
     files = [ROOT / f for f in bench.files]
-    own = [f for f in files if f.suffix in (".md", ".json")]
+    commit = stamp.header(bench.command, bench.script)["commit"]
+    # The scripts that stamp their own files (same commit) keep their format and stamp.
+    own = [f for f in files if f.suffix in (".md", ".json")
+           and (stamp.read(f) or {}).get("commit") != commit]
     head = stamp.stamp_files(own, bench.script, command=bench.command)
     for f in files:  # files whose format holds no stamp keep a sidecar
         if stamp.read(f) is None and stamp.read(f.with_suffix(".md")) is None:

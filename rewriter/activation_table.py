@@ -121,7 +121,13 @@ def render(cells: dict[str, dict[str, Cell]], measured: dict[str, Any] | None) -
              "model in report.json (at most a quarter of the output's int8 step by "
              "construction, larger only where the function jumps).", ""]
     if measured:
-        lines += [f"Measured (`{measured.get('command', 'benchmarks/activation_matrix.py')}`): "
+        at = measured.get("stamp") or {}
+        reruns = [r["commit"][:7] for r in measured.get("reruns", []) if r.get("commit")]
+        lines += [f"Measured (`{measured.get('command', 'benchmarks/activation_matrix.py')}`"
+                  + (f", commit {at['commit'][:7]}, {at.get('date')}" if at.get("commit") else "")
+                  + (f"; some rows again at {', '.join(reruns)}" if reruns else "")
+                  + "; a cell is evidence for the code of that commit: `python "
+                  "benchmarks/regenerate.py --check` says whether the code changed since): "
                   "PASS = every op placed (Edge TPU table without a cut, Vela 0 CPU operators, "
                   "TFLite Micro runs it) and int8 cosine >= 0.99 to the float original, in a "
                   "conv -> activation -> conv -> pool -> dense net; see "

@@ -1,0 +1,69 @@
+"""The README's measured figures come from stamped results files (benchmarks/figures.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from benchmarks import figures, stamp
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_readme_figures_match_their_results_files():
+    assert figures.check() == []
+
+
+def test_results_files_are_current_when_strict():
+    """Stale files (code changed since their commit) fail with REWRITER_FIGURES_STRICT=1,
+    as `benchmarks/regenerate.py --check` does; the default suite only lists them."""
+    found = figures.stale()
+    if os.environ.get("REWRITER_FIGURES_STRICT") == "1":
+        assert found == {}
+    elif found:
+        pytest.skip("stale results files: " + "; ".join(f"{k}: {v}" for k, v in found.items()))
+
+
+def _results(tmp_path: Path, body: str) -> Path:
+    res = tmp_path / "r.md"
+    head = stamp.header("PYTHONPATH=. python benchmarks/x.py", "x.py")
+    res.write_text("# x\n\n" + stamp.markdown_header(head) + "\n\n" + body)
+    return res
+
+
+def test_a_figure_edited_by_hand_fails(tmp_path):
+    res = _results(tmp_path, "| m | 0.99028 | 2622 NPU / 3 CPU | 4.4e-07 |\n")
+    commit = stamp.read(res)["commit"][:7]
+    good = (f"<!-- figures: r.md -->\nAt {commit}: cosine 0.9903, 2622 NPU / 3 CPU, 4.4e-7."
+            "\n<!-- /figures -->\n")
+    readme = tmp_path / "README.md"
+    readme.write_text(good)
+    assert figures.check(readme, tmp_path) == []
+    readme.write_text(good.replace("0.9903", "0.9913"))
+    assert "0.9913" in figures.check(readme, tmp_path)[0]
+    readme.write_text(good.replace("2622 NPU / 3", "2625 NPU / 0"))
+    problem = figures.check(readme, tmp_path)[0]
+    assert "2625 NPU" in problem and "0 CPU" in problem
+    readme.write_text(good.replace(commit, "a" * 7))
+    assert "does not name" in figures.check(readme, tmp_path)[0]
+    readme.write_text(good + "Elsewhere 0.99871 from nowhere.\n")
+    assert "0.99871" in figures.check(readme, tmp_path)[0]
+
+
+def test_a_file_without_stamp_fails(tmp_path):
+    (tmp_path / "r.md").write_text("| 0.5 |\n")
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- figures: r.md -->\n0.5\n<!-- /figures -->\n")
+    assert "no stamp" in figures.check(readme, tmp_path)[0]
+
+
+def test_stale_names_a_changed_commit(tmp_path):
+    head = stamp.header("x", "figures.py")
+    assert stamp.stale(head) in (None,) or "changed since" in stamp.stale(head) \
+        or "uncommitted" in stamp.stale(head)
+    old = dict(head, dirty=False, commit=stamp._git("rev-list", "--max-parents=0", "HEAD")
+               .split()[0])
+    assert "changed since" in stamp.stale(old, "figures.py")
+    assert stamp.stale(None) == "no stamp (commit, date, command)"
