@@ -115,6 +115,31 @@ def test_removed_non_trainable_variable_is_reported_unused(cli, original, tmp_pa
                              [f"model_vars/{n}" for n in SHAPES])
 
 
+def test_optimizer_state_of_a_training_checkpoint_is_not_unused(cli, tmp_path):
+    """A checkpoint saved by a TF1 training loop (Adam, global step) restores into the inference
+    graph with exit 0: its slots and counters are training state, counted apart, never restored."""
+    graph = tf.Graph()
+    with graph.as_default():
+        y = _build(counter=False)
+        step = v1.train.get_or_create_global_step()
+        train = v1.train.AdamOptimizer(1e-3).minimize(v1.reduce_mean(y ** 2), global_step=step)
+        with v1.Session(graph=graph) as sess:
+            sess.run(v1.global_variables_initializer())
+            sess.run(train, {"x:0": np.ones([1, 8, 8, 1], np.float32)})
+            prefix = v1.train.Saver().save(sess, str(tmp_path / "train" / "model.ckpt"))
+    meta = _save_meta(tmp_path / "infer.meta", lambda: _build(counter=False))
+    code, res, stderr = _restore(cli, prefix, meta, tmp_path / "out")
+    assert code == 0, stderr
+    assert res["unused"] == [] and res["mismatched"] == []
+    state = sorted(v["name"] for v in res["training_state"])
+    assert state == sorted(["beta1_power", "beta2_power", "global_step"]
+                           + [f"model_vars/{n}/Adam{s}" for n in SHAPES for s in ("", "_1")])
+    _assert_restored_exactly(_values(prefix), _values(str(tmp_path / "out" / "model.ckpt")),
+                             [f"model_vars/{n}" for n in SHAPES])
+    # a variable that merely ends in an optimizer's name is still a variable of the model
+    assert not any(n.endswith("/w1") for n in state)
+
+
 def test_added_non_trainable_variable_keeps_its_initial_value(cli, original, tmp_path):
     """Seed 000 case 3: leaky_relu instead of relu plus a new non-trainable variable."""
     meta = _save_meta(tmp_path / "mod.meta",

@@ -6,7 +6,8 @@ format (written inside, staged and swapped in: :mod:`rewriter.fsutil`).
 
 The verdict is the exit code: 0 when written and every source variable went somewhere; 1 when a
 variable is mismatched (same name, another shape or dtype: the target keeps its own value) or
-unused (in the source only) and ``--allow-mismatch`` does not name it (OUT is still written, the
+unused (in the source only, not training state such as optimizer slots:
+:func:`rewriter.surgery.variables.is_training_state`) and ``--allow-mismatch`` does not name it (OUT is still written, the
 variables are named on stderr, ``-q`` included), when nothing was written because no variable
 matched (unless ``--allow-empty``), or, with ``--strict``, when some target variable was not
 restored; 2 for bad input (missing paths, unreadable checkpoints, an unparsable ``.meta``, OUT
@@ -106,8 +107,12 @@ def unaccepted(diff: Any, allowed: list[str]) -> list[str]:
 
 
 def _counts(diff: Any) -> str:
-    return (f"{len(diff.restored)} restored, {len(diff.new)} new, {len(diff.unused)} unused, "
-            f"{len(diff.mismatched)} mismatched")
+    counts = (f"{len(diff.restored)} restored, {len(diff.new)} new, {len(diff.unused)} unused, "
+              f"{len(diff.mismatched)} mismatched")
+    if diff.training_state:
+        counts += (f" ({len(diff.training_state)} training-state variable(s) of the source not "
+                   "restored: optimizer slots and counters)")
+    return counts
 
 
 def _print(result: Any, ui: Any) -> None:

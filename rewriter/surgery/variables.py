@@ -63,6 +63,23 @@ class Mismatch:
                 "reason": self.reason()}
 
 
+#: Source-only variables that hold training state, not the model: optimizer slots of TF1 (a
+#: variable's ``/Adam``, ``/Adam_1``, ``/Momentum``, ``/RMSProp_1``, ...), TF2 object checkpoints
+#: (``.OPTIMIZER_SLOT/``, ``optimizer/...``), Keras 3 (``optimizer/vars/i``), and the step and
+#: power counters (``global_step``, ``beta1_power``, ``save_counter``). A training checkpoint
+#: always holds them; an inference model never needs them.
+TRAINING_STATE = re.compile(
+    r"(^|/)(Adam|AdamW|Adagrad|AdagradDA|Adadelta|Adamax|Nadam|Ftrl|Momentum|RMSProp|"
+    r"ProximalAdagrad|GradientDescent)(_\d+)?$"
+    r"|\.OPTIMIZER_SLOT/|^optimizer/|^(global_step|save_counter|beta[12]_power(_\d+)?)"
+    r"(/|$)")
+
+
+def is_training_state(name: str) -> bool:
+    """True for an optimizer slot or training counter (see :data:`TRAINING_STATE`)."""
+    return TRAINING_STATE.search(name) is not None
+
+
 @dataclass
 class Diff:
     """How a source's variables line up with a target's, by name."""
@@ -71,6 +88,8 @@ class Diff:
     new: list[VarInfo] = field(default_factory=list)       # in the target only
     unused: list[VarInfo] = field(default_factory=list)    # in the source only
     mismatched: list[Mismatch] = field(default_factory=list)
+    #: in the source only and training state (optimizer slots, counters): expected, not unused
+    training_state: list[VarInfo] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -81,7 +100,8 @@ class Diff:
         return {"restored": [p.to_json() for p in self.restored],
                 "new": [v.to_json() for v in self.new],
                 "unused": [v.to_json() for v in self.unused],
-                "mismatched": [m.to_json() for m in self.mismatched]}
+                "mismatched": [m.to_json() for m in self.mismatched],
+                "training_state": [v.to_json() for v in self.training_state]}
 
 
 @dataclass
@@ -189,7 +209,7 @@ def diff_variables(source: Mapping[str, VarInfo], target: Mapping[str, VarInfo],
         src = source[src_name]
         tgt = target.get(tgt_name)
         if tgt is None:
-            diff.unused.append(src)
+            (diff.training_state if is_training_state(src_name) else diff.unused).append(src)
         elif tgt.shape == src.shape and tgt.dtype == src.dtype:
             diff.restored.append(Pair(src_name, tgt_name, tgt.dtype, tgt.shape))
         else:
