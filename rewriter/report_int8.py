@@ -29,15 +29,35 @@ def _f(v: Any) -> float:
         return math.nan
 
 
+def _worst(section: Mapping[str, Any], n: int) -> list[Mapping[str, Any]]:
+    """The ``n`` worst layer entries, one per occurrence (``worst_index``; a report written
+    before it, by name: the first occurrence of each)."""
+    layers = list(section.get("layers") or [])
+    if "worst_index" in section:
+        return [layers[i] for i in list(section["worst_index"])[:n] if 0 <= i < len(layers)]
+    by_name: dict[str, Mapping[str, Any]] = {}
+    for x in layers:
+        by_name.setdefault(x["layer"], x)
+    return [by_name[k] for k in list(dict.fromkeys(section.get("worst") or []))[:n]
+            if k in by_name]
+
+
+def _label(x: Mapping[str, Any], layers: Sequence[Mapping[str, Any]]) -> str:
+    """The layer's name; where the name repeats (an unrolled loop), which occurrence."""
+    same = [y for y in layers if y["layer"] == x["layer"]]
+    text = x["layer"]
+    if len(same) > 1:
+        k = next(i for i, y in enumerate(same, 1) if y is x)
+        text += f" [{k} of {len(same)}, ops #{x.get('first')}-#{x.get('last')}]"
+    return text + (f" (+{', '.join(x['fused'])})" if x.get("fused") else "")
+
+
 def rows(section: Mapping[str, Any], n: int = SHOWN) -> list[list[Any]]:
-    """The ``n`` layers that add the most error, worst first."""
-    by_name = {x["layer"]: x for x in section.get("layers") or []}
+    """The ``n`` layers that add the most error, worst first, one row per occurrence."""
+    layers = list(section.get("layers") or [])
     out = []
-    for name in list(section.get("worst") or [])[:n]:
-        x = by_name.get(name)
-        if x is None:
-            continue
-        out.append([x["layer"] + (f" (+{', '.join(x['fused'])})" if x.get("fused") else ""),
+    for x in _worst(section, n):
+        out.append([_label(x, layers),
                     _ops_text(x.get("ops") or []), _f(x["error_in"]), _f(x["added"]),
                     _f(x["error_out"]), _f(x["cosine"]), _f(x["channel_spread"]),
                     x.get("step")])
@@ -127,7 +147,7 @@ def range_html(rng: Mapping[str, Any] | None, table: Any) -> str:
 def svg(section: Mapping[str, Any]) -> str:
     """Bars: error each layer adds; line: error leaving it (log y, execution order)."""
     layers = list(section.get("layers") or [])
-    worst = set(list(section.get("worst") or [])[:_RED])
+    worst = {id(x) for x in _worst(section, _RED)}
     w, h, ml, mr, mt, mb = 1100, 280, 56, 16, 26, 40
     pw, ph = w - ml - mr, h - mt - mb
     vals = [v for x in layers for v in (_f(x["added"]), _f(x["error_out"]))
@@ -161,14 +181,14 @@ def svg(section: Mapping[str, Any]) -> str:
     for k, x in enumerate(layers):
         cx = ml + (k + 0.5) / n * pw
         ya = y_of(_f(x["added"]))
-        cls = "bar worst" if x["layer"] in worst else "bar"
+        cls = "bar worst" if id(x) in worst else "bar"
         tip = html.escape(f"{x['layer']} ({_ops_text(x.get('ops') or [])}): adds "
                           f"{_g(x['added'])}, leaving {_g(x['error_out'])}, channel spread "
                           f"{_g(x['channel_spread'])}")
         parts.append(f'<rect x="{cx - bw / 2:.1f}" y="{ya:.1f}" width="{bw:.1f}" '
                      f'height="{max(y0 - ya, 0):.1f}" class="{cls}"><title>{tip}</title></rect>')
         pts.append(f"{cx:.1f},{y_of(_f(x['error_out'])):.1f}")
-        if x["layer"] in worst:
+        if id(x) in worst:
             parts.append(f'<text x="{min(cx + 4, w - 200):.1f}" y="{max(ya - 4, mt + 10):.1f}" '
                          f'class="lbl bad-l">{html.escape(x["layer"])}</text>')
     if pts:

@@ -130,3 +130,27 @@ def test_the_job_reports_int8_error_per_layer_in_json_md_and_html(tmp_path):
     assert "## int8 error per layer" in md and f"| {section['worst'][0]} |" in md
     page = (out / "report.html").read_text()
     assert 'data-plot="int8-layers"' in page and f'data-layers="{len(section["layers"])}"' in page
+
+
+def test_an_unrolled_layer_has_one_row_per_occurrence_with_its_own_numbers():
+    """An unrolled LSTM repeats a layer's name once per step: the table shows each step's own
+    figures (it showed the last step's for every row, keyed by name) and says which step."""
+    from rewriter.report_int8 import rows, svg
+    from rewriter.verify.int8_layers import Int8Layers, LayerError
+
+    def layer(name, first, added):
+        return LayerError(name, first, first + 1, ["FULLY_CONNECTED", "TANH"], f"{name}/n",
+                          0.01, added * 2, added, 0.99, 1.0, 0.01)
+
+    steps = [layer("lstm", 0, 0.05), layer("lstm", 2, 0.30), layer("lstm", 4, 0.10),
+             layer("dense", 6, 0.02)]
+    section = json.loads(json.dumps(Int8Layers([], steps, [], 4, 0.1).to_json()))
+    assert section["worst"] == ["lstm", "lstm", "lstm", "dense"]
+    assert section["worst_index"] == [1, 2, 0, 3]
+    table = rows(section)
+    assert [r[3] for r in table] == [0.30, 0.10, 0.05, 0.02]  # error added, each its own
+    assert table[0][0] == "lstm [2 of 3, ops #2-#3]" and table[3][0] == "dense"
+    assert svg(section).count('class="bar worst"') == 3
+    # a report written before worst_index: the first occurrence of each name, once
+    del section["worst_index"]
+    assert [r[3] for r in rows(section)] == [0.05, 0.02]

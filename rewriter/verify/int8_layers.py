@@ -189,6 +189,9 @@ class Int8Layers:
                 "seconds": round(self.seconds, 3), "matched": len(self.ops),
                 "unmatched": self.unmatched[:50],
                 "worst": [w.layer for w in self.worst()],
+                # the same layers as positions in ``layers``: one per occurrence (an unrolled
+                # loop repeats a layer's name once per step)
+                "worst_index": [self.layers.index(w) for w in self.worst()],
                 "range": self.range_report if self.range_report is not None else range_section(self),
                 "layers": [x.to_json() for x in self.layers],
                 "ops": [x.to_json() for x in self.ops]}
