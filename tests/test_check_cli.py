@@ -167,3 +167,21 @@ def test_check_an_onnx_file_uses_its_opset(cli, tmp_path):
     code, out, _ = cli("check", path, "--target", "onnx", "--opset", "17", "--json", "-q")
     res = _json(out)
     assert code == 1 and res["unsupported"][0]["reason"].startswith("ONNX op Gelu needs opset 20")
+
+
+def test_check_rknn_refuses_an_op_its_document_does_not_support(cli, tmp_path):
+    """tf.reduce_prod exports as ONNX ReduceProd: standard ONNX, "Not Supported" in RKNN's
+    op-support document (op_tables/rknn.toml allowed it before it was an allowlist)."""
+    import tensorflow as tf
+
+    fn = tf.function(lambda x: tf.reduce_prod(x, axis=-1, keepdims=True) + 1.0)
+    graph = fn.get_concrete_function(tf.TensorSpec((1, 8), tf.float32, name="x")).graph
+    path = tmp_path / "prod.pb"
+    path.write_bytes(graph.as_graph_def().SerializeToString())
+    code, out, _ = cli("check", path, "--target", "onnx", "--json", "-q")
+    assert code == 0 and _json(out)["ok"] is True
+    code, out, _ = cli("check", path, "--target", "rknn", "--json", "-q")
+    res = _json(out)
+    assert code == 1 and res["ok"] is False
+    (prod,) = [u for u in res["unsupported"] if u["op"] == "ReduceProd"]
+    assert 'the op-support document lists it as "Not Supported"' in prod["reason"]

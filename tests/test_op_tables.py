@@ -91,10 +91,30 @@ def test_onnx_op_availability_follows_the_opset():
         "ONNX op Gelu needs opset 20: target opset is 17")
 
 
-def test_rknn_is_onnx_minus_its_gaps():
+def test_rknn_is_the_allowlist_of_its_op_support_document():
+    """op_tables/rknn.toml lists the 89 ONNX rows of RKNN-Toolkit2's op-support document (2.3.2)
+    without "Not Supported", each citing it; the rest of ONNX is refused (it was: every ONNX op
+    but 12, so ReduceProd, Range, Not, Sum, Ceil passed)."""
     rknn = load_target("rknn")
+    assert len(rknn.ops) == 89 and len(rknn.unsupported) == 96
+    assert all(e.source and "RKNNToolKit2_OP_Support-2.3.2.md" in e.source
+               for e in rknn.ops.values())
     assert rknn.has_op("Conv") and not rknn.has_op("Neg") and not rknn.has_op("Einsum")
-    assert load_target("onnx").has_op("Neg")
+    for op in ("ReduceProd", "Range", "Not", "Sum", "Ceil", "Gelu", "Erfc"):
+        assert not rknn.has_op(op), op
+    assert load_target("onnx").has_op("Neg") and load_target("onnx").has_op("ReduceProd")
+    assert rknn.missing_reason("ReduceProd").startswith(
+        "ReduceProd is not supported by Rockchip RKNN-Toolkit2 (ONNX input) (the op-support "
+        'document lists it as "Not Supported")')
+    # "batchsize: 1" is the batch_one constraint
+    for op in ("GRU", "LogSoftmax", "RoiAlign", "Slice", "Softmax", "Tile"):
+        assert [c.kind for c in rknn.ops[op].constraints] == ["batch_one"], op
+    assert rknn.ops["Softmax"].doc == "batchsize: 1"
+    from rewriter.opfacts import OpFacts
+
+    assert rknn.judge(OpFacts("s", "Softmax", input_shape=(1, 10), output_shape=(1, 10))).supported
+    bad = rknn.judge(OpFacts("s", "Softmax", input_shape=(2, 10), output_shape=(2, 10)))
+    assert not bad.supported and bad.constraint == "batch_one"
 
 
 def test_tflm_float_only_ops_and_missing_gelu():

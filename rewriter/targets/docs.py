@@ -55,7 +55,9 @@ def render_markdown(target: Target) -> str:
             e = target.ops[op]
             rules = "; ".join(c.rule + (" (warning)" if c.severity == "warning" else "")
                               for c in e.constraints) or "-"
-            doc = (f" \"{e.doc}\" ({_link(e.source)}) |" if e.doc else " |") if documented else ""
+            doc = ((f" \"{e.doc}\" ({_link(e.source)}) |" if e.doc else
+                    f" listed, no limit ({_link(e.source)}) |" if e.source else " |")
+                   if documented else "")
             lines.append(f"| {op} | {rules} |{doc} {e.note or ''} |")
         lines.append("")
     if target.unsupported:
