@@ -8,8 +8,9 @@ files (paths from the repository root; a ``.md`` and its ``.json`` twin are read
     <!-- /figures -->
 
 :func:`check` returns what is wrong: a figure in a passage that no number of its files gives
-(each decimal, and the integers of ``N NPU``, ``N CPU``, ``A/B``, ``N of M``, ``N MB``; a
-decimal may be the file's value rounded to the digits quoted); a file without a stamp (commit,
+(each decimal, every integer of two digits or more, and the integers of ``N NPU``, ``N CPU``,
+``A/B``, ``N of M``, ``N MB``; a decimal may be the file's value rounded to the digits quoted;
+``N NPU`` / ``N CPU`` must appear with their unit); a file without a stamp (commit,
 command: ``benchmarks/stamp.py``); a passage that does not name its file's commit (7 hex
 digits); and, outside every passage, a measured-looking figure (3+ decimals, or a mantissa with
 decimals and an exponent; not a bound such as ``>= 0.999``) not in :data:`UNRECORDED`.
@@ -32,6 +33,8 @@ BLOCK = re.compile(r"^<!-- figures: (?P<files>[^>\n]*?) -->(?P<body>.*?)^<!-- /f
 DECIMAL = re.compile(r"(?<![\w.])(\d+\.\d+(?:e[-+]?\d+)?|\d+e-\d+)(%?)(?![\w])")
 INTEGER = re.compile(r"(?<![\w./-])(\d+)(?= NPU| CPU| MB|/\d| of \d)|(?<=/)(\d+)(?![\w.])|"
                      r"(?<= of )(\d+)(?![\w.])")
+# Any other integer of two digits or more (not part of a date, time, size "96x96" or name).
+WHOLE = re.compile(r"(?<![\w.:/\-])(\d{2,})(?![\w.:\-]|/\d)")
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 # Operator counts must appear with their unit ("3 CPU", or "CPU: 3" / "cpu": 3 in JSON).
 UNIT = re.compile(r"(?<![\w./-])(\d+) (NPU|CPU)\b")
@@ -56,6 +59,7 @@ def quoted(body: str) -> tuple[list[str], list[str]]:
     prose = _prose(body)
     decimals = [m.group(1) + m.group(2) for m in DECIMAL.finditer(prose)]
     integers = [next(g for g in m.groups() if g) for m in INTEGER.finditer(prose)]
+    integers += [m.group(1) for m in WHOLE.finditer(prose)]
     return decimals, integers
 
 

@@ -55,7 +55,8 @@ def summarize(log: Path, repo: Path, out: Path, collected: list[str], command: s
     counts: dict[str, int] = {}
     for row in by_test.values():
         counts[row["outcome"]] = counts.get(row["outcome"], 0) + 1
-    header = stamp.header(command, root=repo)
+    # The code the run describes: the package and the tests, at the commit of --repo.
+    header = dict(stamp.header(command, root=repo), paths=[*stamp.CODE, "tests"])
     result = {
         **header,
         "wall_seconds": round(seconds, 1) if seconds is not None else None,
@@ -104,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no slow tests collected in {repo}; is it a rewriter checkout?",
               file=sys.stderr)
         return 2
-    command = "python benchmarks/slow_suite.py" + (f" -- {' '.join(extra)}" if extra else "")
+    command = ("PYTHONPATH=. python benchmarks/slow_suite.py"
+               + (f" -- {' '.join(extra)}" if extra else ""))
     if args.summarize:
         summarize(args.summarize, repo, args.out, collected, command, None)
         return 0

@@ -136,8 +136,9 @@ def stale(head: dict | None, script: str | None = None, root: Path = ROOT) -> st
         return f"written from uncommitted changes on {head['commit'][:12]}"
     if _git("cat-file", "-e", head["commit"] + "^{commit}", root=root) is None:
         return f"commit {head['commit'][:12]} is not in this repository"
-    paths = [*CODE, *([f"benchmarks/{script or head.get('script')}"]
-                      if (script or head.get("script")) else [])]
+    # A stamp may name the code it describes ("paths"; the slow suite: the tests too).
+    paths = [*head.get("paths", CODE), *([f"benchmarks/{script or head.get('script')}"]
+                                         if (script or head.get("script")) else [])]
     try:
         code = subprocess.run(["git", "-C", str(root), "diff", "--quiet", head["commit"], "HEAD",
                                "--", *paths], check=False, timeout=60).returncode

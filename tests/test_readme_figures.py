@@ -34,7 +34,7 @@ def _results(tmp_path: Path, body: str) -> Path:
 
 
 def test_a_figure_edited_by_hand_fails(tmp_path):
-    res = _results(tmp_path, "| m | 0.99028 | 2622 NPU / 3 CPU | 4.4e-07 |\n")
+    res = _results(tmp_path, "| m | 0.99028 | 2622 NPU / 3 CPU | 4.4e-07 | 1756 |\n")
     commit = stamp.read(res)["commit"][:7]
     good = (f"<!-- figures: r.md -->\nAt {commit}: cosine 0.9903, 2622 NPU / 3 CPU, 4.4e-7."
             "\n<!-- /figures -->\n")
@@ -46,6 +46,10 @@ def test_a_figure_edited_by_hand_fails(tmp_path):
     readme.write_text(good.replace("2622 NPU / 3", "2625 NPU / 0"))
     problem = figures.check(readme, tmp_path)[0]
     assert "2625 NPU" in problem and "0 CPU" in problem
+    readme.write_text(good.replace("4.4e-7.", "4.4e-7, peak 1756 MB."))
+    assert figures.check(readme, tmp_path) == []
+    readme.write_text(good.replace("4.4e-7.", "4.4e-7, peak 1757 MB."))
+    assert "1757" in figures.check(readme, tmp_path)[0]
     readme.write_text(good.replace(commit, "a" * 7))
     assert "does not name" in figures.check(readme, tmp_path)[0]
     readme.write_text(good + "Elsewhere 0.99871 from nowhere.\n")
