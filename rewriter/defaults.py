@@ -28,3 +28,6 @@ VERIFY_SAMPLES = 8
 VERIFY_SEED = 0
 #: Fine-tuning epochs of ``--recover``.
 RECOVER_EPOCHS = 20
+#: Largest magnitude the int8 quantizer is given in weights or calibration data (measured limits:
+#: :mod:`rewriter.export.validate`); ``check`` predicts the crash beyond it.
+QUANTIZER_MAX_ABS = 1e30

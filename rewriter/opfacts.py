@@ -60,3 +60,4 @@ class OpFacts:
     float_island: bool = False  # left in float in an int8 file: DEQUANTIZE -> op -> QUANTIZE
     note: str | None = None
     related_op: str | None = None  # the float op a mid-graph (DE)QUANTIZE exists for
+    blocked: str | None = None  # why the converter cannot make this op at all (the reason)

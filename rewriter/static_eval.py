@@ -50,12 +50,15 @@ def _cast(node: NodeDef, a: np.ndarray) -> np.ndarray:
 
 def _strided_slice(node: NodeDef, x: np.ndarray, begin: np.ndarray, end: np.ndarray,
                    strides: np.ndarray) -> np.ndarray:
-    if node.attr["ellipsis_mask"].i or node.attr["new_axis_mask"].i:
-        raise _NotStatic("ellipsis/new-axis masks")
-    bm, em, sm = (node.attr[k].i for k in ("begin_mask", "end_mask", "shrink_axis_mask"))
+    if node.attr["ellipsis_mask"].i:
+        raise _NotStatic("ellipsis mask")
+    bm, em, sm, nm = (node.attr[k].i for k in ("begin_mask", "end_mask", "shrink_axis_mask",
+                                                "new_axis_mask"))
     index: list[Any] = []
     for i, (b0, e0, st) in enumerate(zip(_ints(begin), _ints(end), _ints(strides), strict=True)):
-        if sm >> i & 1:
+        if nm >> i & 1:  # x[None, ...]: Keras's causal mask is band_part(ones)[None, None]
+            index.append(np.newaxis)
+        elif sm >> i & 1:
             index.append(b0)
         else:
             index.append(slice(None if bm >> i & 1 else b0, None if em >> i & 1 else e0, st))
@@ -66,6 +69,15 @@ def _reduce(fn):
     def run(node: NodeDef, a: np.ndarray, axes: np.ndarray) -> np.ndarray:
         return fn(a, axis=tuple(_ints(axes)) or None, keepdims=node.attr["keep_dims"].b)
     return run
+
+
+def _band_part(a: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """``tf.linalg.band_part``: keep ``lower`` sub- and ``upper`` super-diagonals (-1: all)."""
+    rows, cols = a.shape[-2], a.shape[-1]
+    offset = np.arange(rows)[:, None] - np.arange(cols)[None, :]
+    lo, up = int(np.asarray(lower)), int(np.asarray(upper))
+    keep = ((lo < 0) | (offset <= lo)) & ((up < 0) | (-offset <= up))
+    return np.where(keep, a, np.zeros_like(a))
 
 
 def _out(fn):
@@ -102,6 +114,7 @@ _EVAL: dict[str, Any] = {
     "GreaterEqual": _out(np.greater_equal), "Equal": _out(np.equal),
     "NotEqual": _out(np.not_equal), "LogicalAnd": _out(np.logical_and),
     "LogicalOr": _out(np.logical_or), "LogicalNot": _out(np.logical_not),
+    "MatrixBandPart": _out(_band_part),  # Keras's causal mask: band_part(ones, -1, 0)
 }
 #: Ops with several outputs: a list of values, one per output.
 _MULTI: dict[str, Any] = {

@@ -365,7 +365,7 @@ def test_converter_crash_is_exit_3_naming_the_stage(cli, small, tmp_path, monkey
 
     path = _with_weight(small, tmp_path / "inf.keras", np.inf)
     for module in (rewriter.export.tflite, rewriter.export.validate):
-        monkeypatch.setattr(module, "check_weights", lambda model: None)
+        monkeypatch.setattr(module, "check_weights", lambda model, **_: None)
     code, _, err = cli("run", path, "--target", "edgetpu", "-o", tmp_path / "out")
     assert code == 3
     line = _one_error(err, "internal error", "TFLite conversion (int8)", "SIGSEGV",
@@ -416,7 +416,7 @@ if os.environ.get("REWRITER_SUPERVISOR_DIR"):
     if os.environ.get("NO_WEIGHT_CHECK"):
         import rewriter.export.tflite, rewriter.export.validate
         for _m in (rewriter.export.tflite, rewriter.export.validate):
-            _m.check_weights = lambda model: None
+            _m.check_weights = lambda model, **_: None
 """
 
 

@@ -123,7 +123,7 @@ def run(args: argparse.Namespace, ui: Any) -> int:
         with ui.step(f"loading {args.model}"):
             model = load_from_args(args)
         if target.resolve_quantize(args.quantize) == "int8":
-            check_weights(model)  # before the job, not at the quantizer after minutes of work
+            check_weights(model, masks_fixed=True)  # before the job, not at the quantizer
         from rewriter.verify.data import parse_ranges
 
         options = JobOptions(input_ranges=parse_ranges(args.input_range, model.inputs),

@@ -54,6 +54,9 @@ MAX_SIDE = 65535
 #: Nominal bound used to rank the ramp rules against other approximate rules (the planner's
 #: preference); each application states its own bound, computed from its fit.
 NOMINAL_BOUND = 5e-3
+#: A fit whose bound is this share of its function's spread of values or more is no fix
+#: (``where(h > 0.5, h, -1e9)``: a bound of 1e9 on values spanning 1e9 says nothing).
+NO_FIX = 0.5
 #: Ops the ramp rules emit (the planner checks the target runs them).
 RAMP_OPS = frozenset({"Reshape", "Conv2D", "BiasAdd", "Relu6", "Relu", "Mul", "AddV2"})
 
@@ -435,12 +438,26 @@ class RampRule(FloatRule):
         fit = fit_ramps(fn, seen.lo, seen.hi)
         if isinstance(fit, str):
             return Reject(fit, m.root.name)
+        spread = value_spread(fn, fit.fit_range)
+        if fit.max_abs_error >= NO_FIX * spread:
+            return Reject(f"a bound of {fit.max_abs_error:.3g} is at least {NO_FIX:.0%} of the "
+                          f"spread {spread:.3g} of {fn.name}'s values on [{fit.fit_range[0]:.4g}, "
+                          f"{fit.fit_range[1]:.4g}]: no fix (a jump that size, e.g. to a mask "
+                          "value, is not a function ramps can follow)", m.root.name)
         m.extra.update(fit=fit, shape=shape, seen=seen)
         m.bound = fit.bound(x, seen.samples)
         return None
 
     def rewrite(self, g: GraphIndex, m: Match, b: Builder) -> str:
         return build_ramps(b, m.inputs["x"], m.extra["shape"], m.extra["fit"])
+
+
+def value_spread(fn: UnaryFunction, fit_range: tuple[float, float]) -> float:
+    """``max f - min f`` over the fitted range (finite values, a dense grid), in float64."""
+    with np.errstate(all="ignore"):
+        ys = fn.f(np.linspace(fit_range[0], fit_range[1], 4097))
+    ys = ys[np.isfinite(ys)]
+    return float(np.max(ys) - np.min(ys)) if ys.size else 0.0
 
 
 def float32_static_shape(g: GraphIndex, m: Match) -> tuple[int, ...] | Reject:

@@ -95,6 +95,8 @@ def graph_facts(model: Model, target: LoweringTarget, quantize: str) -> list[OpF
             continue
         if target.artifact == "tflite" and node.op in ("FusedBatchNorm", "FusedBatchNormV3"):
             lowered = _batch_norm_lowering(node)
+        if quantize == "int8" and tflite and node.op in ("Select", "SelectV2"):
+            base.blocked = _quantizer_blocked(index, node)
         for t in lowered:
             f = OpFacts(**{**base.__dict__, "op": t})
             f.dtype = f.out_dtype = tf_level_dtype(t, base.dtype, quantize, target.artifact)
@@ -115,6 +117,23 @@ def _loop_facts(node: str, target: LoweringTarget, quantize: str) -> list[OpFact
     return [OpFacts(node, t, source_op="While", note=note,
                     dtype=tf_level_dtype(t, "float32", quantize, target.artifact))
             for t in lowered]
+
+
+def _quantizer_blocked(index: Any, node: Any) -> str | None:
+    """Why the int8 converter cannot make this Select: a constant branch beyond what the
+    quantizer survives (:data:`rewriter.defaults.QUANTIZER_MAX_ABS`; an attention mask's
+    value)."""
+    from rewriter.defaults import QUANTIZER_MAX_ABS as MAX_ABS
+    from rewriter.graph import data_inputs
+
+    for ref in data_inputs(node)[1:]:
+        value = index.const_value(ref)
+        if value is not None and value.dtype.kind == "f" and value.size and not np.all(
+                np.abs(value) <= MAX_ABS):
+            return (f"{node.op}: its constant {ref.split(':')[0]} holds "
+                    f"{float(np.max(np.abs(value))):.3g}, beyond {MAX_ABS:.0e}: the int8 "
+                    "quantizer crashes on it (an attention mask's value)")
+    return None
 
 
 def _select_v1(node: Any, consts: set[str], shapes: dict[str, Shape]) -> bool:

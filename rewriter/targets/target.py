@@ -136,6 +136,8 @@ class Target:
                 reason += f" ({facts.note})"
             return OpVerdict(facts.node, source, target_op, False, reason, None, "cpu",
                              facts.related_op)
+        if facts.blocked:
+            return OpVerdict(facts.node, source, facts.op, False, facts.blocked, None, "cpu")
         constraints = self.constraints_for(facts.op)
         for c in constraints:
             hit = c.violation(facts) if c.severity == "error" else None

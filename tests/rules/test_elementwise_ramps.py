@@ -178,3 +178,13 @@ def test_a_nonnegative_function_is_clamped_at_zero_so_a_sqrt_after_it_stays_fini
     got = result.model.run({"x0": x})["output_0"]
     assert np.isfinite(got).all()
     assert np.max(np.abs(got - np.abs(x))) < 0.2  # sqrt of an error of at most 0.026
+
+
+def test_a_bound_as_large_as_the_values_spread_is_refused_as_no_fix():
+    """``where(x > 0.5, x, -1e9)`` (a mask before a softmax) fits with a bound of 1e9, the
+    spread of its values: no fix. A threshold whose jump is small against the spread is fitted."""
+    _, mask = _rewrite(lambda x: tf.where(x > 0.5, x, -1e9))
+    assert mask.applied == []
+    assert "no fix" in mask.rejected[0]["reason"] and "1e+09" in mask.rejected[0]["reason"]
+    _, shrink = _rewrite(lambda x: tf.where(tf.abs(x) > 0.5, x, 0.0))
+    assert [a["rule"] for a in shrink.applied] == ["elementwise_ramps"]

@@ -1,0 +1,91 @@
+"""Attention masks through ``rewrite``, built from stock Keras 3 layers (issue 28):
+
+* ``MultiHeadAttention(use_causal_mask=True)``: Keras's mask constant (``-0.7 * float32.max``) is
+  not the user's weight (no exit 2); ``softmax_mask_select`` places it and the job exits 0 on
+  edgetpu (no cut), ethos-u55-128 (Vela: 0 CPU operators), tflm (TFLite Micro runs the file) and
+  onnx, int8 cosine >= 0.99 on representative data;
+* ``softmax(where(h > 0.5, h, -1e9))``: ``elementwise_ramps`` refuses a fit whose bound (1e9) is
+  the spread of the values it fits, so the job says the op is unfixable (exit 1) instead of
+  calling a bound of 1e9 a fix.
+
+The default run takes one target per model; the whole matrix is ``slow``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rewriter.cli import main
+
+TOKENS, DIM = 16, 32
+MIN_INT8_COSINE = 0.99
+
+
+@pytest.fixture(scope="module")
+def masks(tmp_path_factory) -> dict[str, Path]:
+    import keras
+
+    root = tmp_path_factory.mktemp("masks")
+    x = keras.Input((TOKENS, DIM))
+    h = keras.layers.MultiHeadAttention(2, 16, seed=0)(x, x, use_causal_mask=True)
+    keras.Model(x, keras.layers.Dense(DIM, kernel_initializer=keras.initializers.GlorotUniform(
+        seed=1))(h + x)).save(root / "causal.keras")
+    x = keras.Input((TOKENS, DIM))
+    h = keras.layers.Dense(TOKENS, kernel_initializer=keras.initializers.GlorotUniform(
+        seed=2))(x)
+    keras.Model(x, keras.ops.softmax(keras.ops.where(h > 0.5, h, -1e9), axis=-1)).save(
+        root / "where.keras")
+    rng = np.random.default_rng(0)
+    np.save(root / "calibration.npy", rng.standard_normal((32, TOKENS, DIM)).astype("f4"))
+    np.save(root / "data.npy", rng.standard_normal((8, TOKENS, DIM)).astype("f4"))
+    return {"causal": root / "causal.keras", "where": root / "where.keras"}
+
+
+def _rewrite(model: Path, target: str, out: Path) -> tuple[int, dict]:
+    root = model.parent
+    code = main([str(model), "--target", target, "--calibration", str(root / "calibration.npy"),
+                 "--data", str(root / "data.npy"), "-o", str(out), "-q"])
+    return code, json.loads((out / "report.json").read_text())
+
+
+def _causal_runs_whole(masks: dict[str, Path], target: str, out: Path) -> None:
+    code, report = _rewrite(masks["causal"], target, out)
+    assert code == 0 and report["ok"] is True, report.get("unsupported_after")
+    assert "softmax_mask_select" in [a["rule"] for a in report["rules_applied"]] or (
+        target == "onnx")
+    assert report["unsupported_after"] == []
+    [cmp] = report["equivalence"]["artifact"]["outputs"].values()
+    if target == "onnx":
+        assert cmp["max_rel_error"] <= 1e-4
+        return
+    assert cmp["cosine"] >= MIN_INT8_COSINE
+    assert "SELECT_V2" not in report["artifact_ops"]
+    if target == "edgetpu":
+        assert report["placement_after"]["cut"] is None
+    if target.startswith("ethos-u"):
+        assert report["vela"]["cpu_ops"] == 0
+    if target == "tflm":
+        assert report["equivalence"]["artifact"]["runtime"] == "TFLite Micro"
+
+
+def test_causal_attention_runs_whole_on_ethos_u55(masks, tmp_path):
+    _causal_runs_whole(masks, "ethos-u55-128", tmp_path / "out")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["edgetpu", "tflm", "onnx"])
+def test_causal_attention_runs_whole_on_every_target(masks, tmp_path, target):
+    _causal_runs_whole(masks, target, tmp_path / "out")
+
+
+@pytest.mark.slow
+def test_a_where_mask_is_not_fitted_with_a_bound_of_1e9(masks, tmp_path):
+    code, report = _rewrite(masks["where"], "edgetpu", tmp_path / "out")
+    assert code == 1 and report["ok"] is False
+    assert "elementwise_ramps" not in [a["rule"] for a in report["rules_applied"]]
+    why = {u["op"]: u.get("why", "") for u in report["unsupported_after"]}
+    assert "no fix" in why["SELECT_V2"] and "1e+09" in why["SELECT_V2"], why
