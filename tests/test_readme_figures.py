@@ -71,3 +71,15 @@ def test_stale_names_a_changed_commit(tmp_path):
                .split()[0])
     assert "changed since" in stamp.stale(old, "figures.py")
     assert stamp.stale(None) == "no stamp (commit, date, command)"
+
+
+def test_every_quoted_results_file_is_regenerated_by_the_plan():
+    """No file without its command: each file a README passage quotes is written by an entry of
+    benchmarks/regenerate.py's plan."""
+    from benchmarks.regenerate import PLAN
+
+    planned = {f for bench in PLAN for f in bench.files}
+    planned |= {str(Path(f).with_suffix(s)) for f in planned for s in (".md", ".json")}
+    quoted = {f for files, _, _ in figures.passages((ROOT / "README.md").read_text())
+              for f in files}
+    assert quoted - planned == set()
