@@ -1,9 +1,9 @@
 """Measure every activation of the catalogue on the int8 targets: placement and int8 accuracy.
 
-For each activation of :mod:`rewriter.activations` (Keras 3 and tf_keras) the network of the
+For each activation of :mod:`rewriter.frontends.activations` (Keras 3 and tf_keras) the network of the
 issue is built, seeded: conv(3x3, 8) -> activation -> conv(3x3, 8) -> global average pool ->
 dense(10) on 16x16x3 inputs, frozen to a GraphDef (``.pb``), with representative data
-(:func:`rewriter.activations.structured_images`: 64 calibration images, seed 1; 16 verification
+(:func:`rewriter.frontends.activations.structured_images`: 64 calibration images, seed 1; 16 verification
 images, seed 2). For each target the main job runs in-process (``rewriter.cli.main MODEL.pb
 --target T --calibration CAL --data VAL --samples 16``) and its ``report.json`` is summarised:
 exit code, rules applied with their exactness or bound, ops of the artifact the target lacks,
@@ -48,8 +48,8 @@ CALIBRATION, VERIFY = 64, 16
 
 def build_case(key: str, work: Path) -> dict[str, Path]:
     """Freeze the activation's network to ``work/<key>/model.pb`` with its data files."""
-    from rewriter.activations import activation_net, get, structured_images
-    from rewriter.rules.testing import model_from_keras
+    from rewriter.frontends.activations import activation_net, get, structured_images
+    from rewriter.testing import model_from_keras
 
     d = work / key.replace("(", "_").replace(")", "").replace(",", "_").replace(" ", "")
     d.mkdir(parents=True, exist_ok=True)
@@ -197,7 +197,7 @@ def dumps(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rewriter.activations import catalogue
+    from rewriter.frontends.activations import catalogue
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--activations", help="comma-separated keys (default: all)")

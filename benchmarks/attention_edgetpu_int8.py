@@ -70,9 +70,9 @@ def _sample(rng: np.random.Generator, shapes: list, std: list) -> dict[str, np.n
 
 def measure(t: int, d: int, tmp: Path) -> list[tuple[str, float, float, bool]]:
     from rewriter.export.tflite import export_tflite
-    from rewriter.passes import apply_rules
-    from rewriter.rules.testing import model_from_function
+    from rewriter.rewrite.passes import apply_rules
     from rewriter.targets import load_target
+    from rewriter.testing import model_from_function
 
     rng = np.random.default_rng(0)
     rows = []

@@ -83,7 +83,7 @@ def measure(target: str, path: Path, waves: np.ndarray, want: list[np.ndarray],
         "unsupported": sorted({u["op"] for u in check.unsupported_summary()}),
         "ops": sorted(set(_ops(f16)))}
     if target.startswith("ethos"):
-        from rewriter.vela import run_vela
+        from rewriter.targets.vela import run_vela
 
         v = run_vela(f16, target)
         row["vela"] = (f"{v.npu_ops} NPU / {v.cpu_ops} CPU"

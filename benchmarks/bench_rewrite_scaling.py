@@ -15,9 +15,11 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from rewriter.planner import apply, plan  # noqa: E402
-from rewriter.rules.testing import conv_bn_elu_chain  # noqa: E402
-from rewriter.targets.testing import toy_target  # noqa: E402
+from rewriter.rewrite.planner import apply, plan  # noqa: E402
+from rewriter.testing import (
+    conv_bn_elu_chain,  # noqa: E402
+    toy_target,  # noqa: E402
+)
 
 
 def chain_target() -> object:

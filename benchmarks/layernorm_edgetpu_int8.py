@@ -29,7 +29,7 @@ RULES = ("layernorm_l2norm", "layernorm_decompose")
 def _model(c: int, rng: np.random.Generator):
     import keras
 
-    from rewriter.rules.testing import model_from_keras
+    from rewriter.testing import model_from_keras
 
     inp = keras.Input((8, 8, c), batch_size=1)
     ln = keras.layers.LayerNormalization(epsilon=1e-6)
@@ -42,7 +42,7 @@ def _int8_error(model, rule: str, calib: np.ndarray, data: np.ndarray, tmp: Path
     from ai_edge_litert.interpreter import Interpreter
 
     from rewriter.export.tflite import export_tflite
-    from rewriter.passes import apply_rules
+    from rewriter.rewrite.passes import apply_rules
     from rewriter.targets import load_target
 
     name = model.inputs[0].name

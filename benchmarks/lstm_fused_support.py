@@ -68,7 +68,7 @@ def _ops(path: Path) -> list[tuple[str, str]]:
 
 
 def _vela(path: Path, out: Path) -> dict[str, Any]:
-    from rewriter.vela import run_vela
+    from rewriter.targets.vela import run_vela
 
     res = run_vela(str(path), "ethos-u55-128", out / f"vela_{path.stem}").to_json()
     return {"npu_ops": res.get("npu_ops"), "cpu_ops": res.get("cpu_ops"),
@@ -93,7 +93,7 @@ def _tflm(path: Path, data: np.ndarray, reference: np.ndarray) -> dict[str, Any]
 def _unrolled(work: Path) -> Path:
     """The same Keras model through ``rewrite --target tflm`` (int8, unrolled)."""
     from rewriter.frontends import load_model
-    from rewriter.pipeline import JobOptions, run_job
+    from rewriter.job.pipeline import JobOptions, run_job
     from rewriter.targets import load_target
 
     out = work / "rewrite_tflm"

@@ -50,8 +50,8 @@ def measure(arch: str, size: int, legacy: bool = False) -> dict:
     else:
         import keras
 
-    from rewriter.passes import apply_rules
-    from rewriter.rules.testing import max_rel_error, model_from_keras, op_types
+    from rewriter.rewrite.passes import apply_rules
+    from rewriter.testing import max_rel_error, model_from_keras, op_types
 
     rng = np.random.default_rng(0)
     km = getattr(keras.applications, arch)(weights=None, input_shape=(size, size, 3),

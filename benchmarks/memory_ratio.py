@@ -8,7 +8,7 @@ a job's peak at most 1.5x the plain converter's).
 Builds the models as ``benchmarks/zoo.py`` does (``benchmarks/zoo_build.py``), runs every
 (model, target) job through ``rewrite batch --workers 1`` (one job at a time; ``batch.json``
 records each job's peak RSS summed over its process tree and its footprint, see
-:mod:`rewriter.procmem`), and measures the baselines of ``benchmarks/zoo_tools.py`` the same way
+:mod:`rewriter.host.procmem`), and measures the baselines of ``benchmarks/zoo_tools.py`` the same way
 (the plain TFLite converter, full int8 with int8 I/O, for the TFLite targets; plain tf2onnx for
 ``onnx``). Prints one line per job: the job's peak RSS and footprint, the baseline's RSS, and
 their ratios. ``--root`` runs the jobs of another checkout (to compare before and after a

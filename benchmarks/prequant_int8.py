@@ -5,8 +5,8 @@ For each architecture (keras.applications, ``weights=None``, learned-looking BN 
 seed 2), the same run measures full-int8 TFLite files (LiteRT builtin kernels) of:
 
 * ``plain``: the original model through the converter (the baseline);
-* ``cle``: after cross-layer equalisation (:func:`rewriter.prequant.equalize`, exact in float);
-* ``bias``: after empirical bias correction (:func:`rewriter.prequant.correct_bias`, 2 rounds);
+* ``cle``: after cross-layer equalisation (:func:`rewriter.tune.prequant.equalize`, exact in float);
+* ``bias``: after empirical bias correction (:func:`rewriter.tune.prequant.correct_bias`, 2 rounds);
 * ``cle+bias``: both.
 
 Per variant: cosine and max |error| / max |ref| of the logits on the held-out images, and the
@@ -65,7 +65,7 @@ def measure(model: Any, held: list[dict], reference: np.ndarray, calib: list[dic
 def run_model(arch: str, size: int, workdir: Path) -> dict[str, Any]:
     from rewriter.export.tflite import export_tflite
     from rewriter.frontends import load_model
-    from rewriter.prequant import correct_bias, equalize
+    from rewriter.tune.prequant import correct_bias, equalize
 
     case = build_arch(arch, size, True, workdir)
     model = load_model(case.path)

@@ -322,7 +322,7 @@ def baseline_accuracy(path: str, case: Case) -> dict[str, float]:
     the original Keras model in float, on the verification data; with several outputs, the
     worst (outputs are paired by size, then in order)."""
 
-    from rewriter.stages import run_samples
+    from rewriter.job.stages import run_samples
     from rewriter.verify.factory import artifact_runner
 
     data = np.load(case.data)
@@ -347,9 +347,9 @@ def baseline_accuracy(path: str, case: Case) -> dict[str, float]:
 def judge_baseline(path: str, target_name: str, outdir: Path) -> dict[str, Any]:
     """The baseline file judged like the job judges its artifact (the same stages): op table,
     cut, Vela. As in the job, Vela's placement decides the unsupported ops for Ethos-U."""
-    from rewriter.artifact import read_artifact
-    from rewriter.stages import check_artifact, vela_stage
+    from rewriter.job.stages import check_artifact, vela_stage
     from rewriter.targets import load_target
+    from rewriter.targets.artifact import read_artifact
 
     target = load_target(target_name)
     verdict = vela_stage(check_artifact(target, path), target, path,

@@ -4,10 +4,10 @@
 
 Runs the main job in this process (the arguments after ``--`` are ``rewrite``'s) with a thread
 sampling the process's RSS every 20 ms, and prints, for loading and for every timed step of the
-job (``rewriter.stages.Steps``: the keys of ``report.json``'s ``timings``), the RSS when it
+job (``rewriter.job.stages.Steps``: the keys of ``report.json``'s ``timings``), the RSS when it
 starts and the peak reached during it (and, as ``(after STEP)``, the peak between two steps
 when it rose more than 50 MB there). The TFLite converter runs in this process too, as in a
-supervised job (``rewriter.isolate.in_process``), so the peaks are those ``rewrite batch``
+supervised job (``rewriter.host.isolate.in_process``), so the peaks are those ``rewrite batch``
 measures for the job, less the supervisor (``benchmarks/memory_ratio.py`` measures the whole process tree against the plain
 converter). ``--root`` runs another checkout's code (to compare before and after a change).
 """
@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     if not job:
         ap.error("give the job's arguments after --")
     sys.path.insert(0, str(args.root.resolve()))
-    import rewriter.isolate as isolate
-    import rewriter.stages as stages
+    import rewriter.host.isolate as isolate
+    import rewriter.job.stages as stages
     from rewriter.cli import main as rewrite
 
     isolate.in_process = lambda: True  # convert here, as a supervised job does

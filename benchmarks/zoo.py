@@ -83,7 +83,7 @@ def log(msg: str) -> None:
 def measured(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None,
              timeout: float = 3600) -> dict[str, Any]:
     """Run ``cmd``; its exit code, wall seconds, peak memory of its tree, last stdout line."""
-    from rewriter.procmem import TreeMeter
+    from rewriter.host.procmem import TreeMeter
 
     meter = TreeMeter()
     start = time.perf_counter()

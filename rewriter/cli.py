@@ -6,7 +6,7 @@ subcommands live one per module in :mod:`rewriter.commands`, each with ``HELP``,
 checks names and paths before TensorFlow is imported (so a typo is reported at once). Exit codes:
 0 success, 1 result not acceptable, 2 bad usage or input (one line ``error: ...`` on stderr, never
 a traceback), 3 internal error (one line naming the stage and a kept log); see
-:mod:`rewriter.supervise`, which also runs the console script's work in a child process so a
+:mod:`rewriter.host.supervise`, which also runs the console script's work in a child process so a
 native crash cannot end a run silently.
 """
 
@@ -20,7 +20,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from rewriter import __version__, supervise
+from rewriter import __version__
+from rewriter.host import supervise
 
 #: Subcommand name -> module in rewriter.commands. ``run`` is also the default command.
 COMMANDS = {
@@ -185,7 +186,7 @@ def _main(argv: list[str]) -> int:
     if args.command not in _NO_TF_COMMANDS:
         converts = getattr(args._module, "converts", None)
         if converts is not None and converts(args):
-            from rewriter import isolate
+            from rewriter.host import isolate
 
             isolate.prestart()  # the converter worker imports TensorFlow while we do
         supervise.set_stage("importing TensorFlow")

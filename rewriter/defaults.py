@@ -22,7 +22,7 @@ CALIBRATION_CAP = 500
 CALIBRATION_SEED = 1
 #: Verification samples of the job (``rewrite run --samples``). When the user gives one set of
 #: data, this many (at most a quarter of it, at least one) are held back from calibration and
-#: the verdict rests on them (:func:`rewriter.stages.job_data`).
+#: the verdict rests on them (:func:`rewriter.job.stages.job_data`).
 VERIFY_SAMPLES = 8
 #: Seed of synthetic verification samples.
 VERIFY_SEED = 0

@@ -9,13 +9,13 @@ import json
 import numpy as np
 import pytest
 
-from rewriter.activations import (
+from rewriter.frontends.activations import (
     activation_net,
     catalogue,
     get,
     structured_images,
 )
-from rewriter.rules.testing import model_from_keras
+from rewriter.testing import model_from_keras
 
 TARGETS = ("edgetpu", "ethos-u55-128", "tflm")
 #: One per kind: Select + Exp (selu), a composite region (mish), channel-wise (log_softmax).
@@ -62,8 +62,8 @@ def test_keras_3_15_sparsemax_is_not_the_simplex_projection_our_reference_is():
 
 
 def test_the_activation_docs_table_is_current():
-    from rewriter.activation_table import PAGE
     from rewriter.commands.docs import docs_dir, stale_pages
+    from rewriter.report.activation_table import PAGE
 
     assert PAGE not in stale_pages(docs_dir()), "run `rewrite docs` and commit docs/targets/"
 

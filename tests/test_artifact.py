@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from rewriter.artifact import read_artifact
 from rewriter.errors import UserError
 from rewriter.targets import load_target
+from rewriter.targets.artifact import read_artifact
 from tests.test_targets import _w, build_model
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rewriter.batch import (
+from rewriter.batch.run import (
     BATCH_JSON,
     content_hash,
     job_key,
@@ -26,7 +26,7 @@ from rewriter.batch import (
     reusable,
 )
 from rewriter.errors import UserError
-from rewriter.supervise import _STAGE, ENV_DIR
+from rewriter.host.supervise import _STAGE, ENV_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
@@ -272,8 +272,8 @@ def test_a_job_finished_under_another_manifest_is_skipped(tmp_path, monkeypatch)
     """A zoo grown one model at a time: each run's manifest holds only some jobs, and batch.json
     lists only those; a job finished by an earlier run (its record in logs/<job>.json) is still
     skipped. A change of the rewriter code (same version string) reruns it."""
-    from rewriter import batch
-    from rewriter.batch import record_path, run_batch
+    from rewriter.batch import run as batch
+    from rewriter.batch.run import record_path, run_batch
 
     _copy_models(tmp_path)
     job_a = '[[job]]\nmodel = "models/convbn_elu.keras"\ntarget = "tflite"\n'
@@ -301,8 +301,8 @@ def test_a_job_finished_under_another_manifest_is_skipped(tmp_path, monkeypatch)
 
 def test_the_code_fingerprint_covers_the_op_tables(tmp_path, monkeypatch):
     """An edited op table changes what a job does, so it changes the key."""
-    from rewriter import resources
-    from rewriter.batch import code_fingerprint
+    from rewriter.batch.run import code_fingerprint
+    from rewriter.host import resources
 
     tables = tmp_path / "op_tables"
     shutil.copytree(resources.op_tables_dir(), tables)
@@ -348,7 +348,7 @@ def _wait_for(proc: subprocess.Popen, what: str, condition: Callable[[], bool],
 
 def _job_stage(outdir: Path) -> str:
     """The stage of the job writing ``outdir``: what its supervised work process wrote to the
-    stage file in its supervisor's directory (:func:`rewriter.supervise.set_stage`), found in
+    stage file in its supervisor's directory (:func:`rewriter.host.supervise.set_stage`), found in
     Linux's ``/proc`` by the command line naming ``outdir`` (resolved, as the batch passes it);
     "" before there is one."""
     key, arg = (ENV_DIR + "=").encode(), os.fsencode(outdir.resolve())

@@ -1,4 +1,4 @@
-"""Which of the user's samples calibrate and which verify (``rewriter.stages.job_data``): every
+"""Which of the user's samples calibrate and which verify (``rewriter.job.stages.job_data``): every
 sample given calibrates (up to the cap), and the verdict rests on samples calibration never saw.
 """
 
@@ -38,7 +38,7 @@ def _stack(samples):
 
 def test_one_set_is_split_into_disjoint_calibration_and_verification(small):
     from rewriter.frontends import load_model
-    from rewriter.stages import job_data
+    from rewriter.job.stages import job_data
 
     _, tmp, data = small
     model = load_model(tmp / "m.keras")
@@ -66,7 +66,7 @@ def test_one_set_is_split_into_disjoint_calibration_and_verification(small):
 
 def test_two_sets_calibrate_on_all_of_one_and_verify_on_the_other(small):
     from rewriter.frontends import load_model
-    from rewriter.stages import job_data
+    from rewriter.job.stages import job_data
 
     _, tmp, data = small
     model = load_model(tmp / "m.keras")
@@ -82,7 +82,7 @@ def test_two_sets_calibrate_on_all_of_one_and_verify_on_the_other(small):
 
 def test_one_sample_both_calibrates_and_verifies_and_says_so(small, tmp_path):
     from rewriter.frontends import load_model
-    from rewriter.stages import job_data
+    from rewriter.job.stages import job_data
 
     _, tmp, data = small
     np.save(tmp_path / "one.npy", data[:1])

@@ -161,8 +161,8 @@ def test_check_on_a_runtime_target_does_not_speak_of_an_accelerator(cli):
 
 
 def test_report_placement_column_uses_the_targets_words():
-    from rewriter.report import render_markdown
-    from rewriter.report_html import render_html
+    from rewriter.report.build import render_markdown
+    from rewriter.report.html import render_html
 
     placement = {"ops_total": 17, "ops_on_accelerator": 17, "percent_on_accelerator": 100.0,
                  "label": "ops with a TFLite Micro kernel", "cut": None}
@@ -180,8 +180,8 @@ _VELA = {"config": "ethos-u55-128", "npu_ops": 7, "cpu_ops": 11, "file_ops": 17,
 
 
 def test_vela_counts_beside_the_tables_are_explained():
-    from rewriter.report import render_markdown
-    from rewriter.vela import count_note
+    from rewriter.report.build import render_markdown
+    from rewriter.targets.vela import count_note
 
     note = count_note(_VELA, 17)
     assert "17 operators" in note and "11 of them to the CPU" in note
@@ -191,8 +191,8 @@ def test_vela_counts_beside_the_tables_are_explained():
 
 
 def test_vela_metrics_have_units_in_html_and_markdown():
-    from rewriter.report import render_markdown
-    from rewriter.report_html import render_html
+    from rewriter.report.build import render_markdown
+    from rewriter.report.html import render_html
 
     report = {"ok": True, "target": "ethos-u55-128", "summary": "", "vela": _VELA}
     html, md = render_html(report), render_markdown(report)
@@ -205,7 +205,7 @@ def test_vela_metrics_have_units_in_html_and_markdown():
 def test_a_degenerate_reference_is_named_next_to_its_cosine():
     from types import SimpleNamespace
 
-    from rewriter.report import summary as job_summary
+    from rewriter.report.build import summary as job_summary
     from rewriter.verify.metrics import compare
 
     rng = np.random.default_rng(0)

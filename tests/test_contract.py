@@ -207,7 +207,7 @@ def test_existing_directory_with_foreign_files_is_not_replaced(cli, samples, tmp
 
 def test_unwritable_output_directory_is_exit_2(cli, samples, tmp_path, monkeypatch):
     """A read-only (or full) file system: simulated, since tests may run as root."""
-    from rewriter import fsutil
+    from rewriter.host import fs as fsutil
 
     def refuse(*_args, **_kw):
         raise PermissionError(errno.EROFS, "Read-only file system", str(tmp_path))
@@ -240,7 +240,7 @@ def test_full_disk_mid_run_is_exit_2_and_out_keeps_the_previous_run(cli, samples
 
 # ----------------------------------------------------------------------------- output sets
 def test_second_writer_on_the_same_out_is_refused(cli, samples, tmp_path):
-    from rewriter.fsutil import staged_output
+    from rewriter.host.fs import staged_output
 
     with staged_output(tmp_path / "out", command="test"):
         code, _, err = cli("run", samples["keras"], "--target", "tflite", "-o", tmp_path / "out")
@@ -253,12 +253,12 @@ def test_failed_run_leaves_the_previous_out_whole(cli, samples, tmp_path, monkey
     code, _, _ = cli("run", samples["keras"], "--target", "tflite", "-o", out)
     assert code == 0
     before = _digest(out)
-    import rewriter.report
+    import rewriter.report.build
 
     def boom(*_a, **_kw):
         raise RuntimeError("simulated bug after the model files were written")
 
-    monkeypatch.setattr(rewriter.report, "write_reports", boom)
+    monkeypatch.setattr(rewriter.report.build, "write_reports", boom)
     code, _, err = cli("run", samples["keras"], "--target", "tflite", "-o", out)
     assert code == 3
     line = _one_error(err, "internal error", "RuntimeError", "simulated bug")
@@ -275,7 +275,7 @@ def test_run_killed_before_the_swap_leaves_the_previous_out(tmp_path):
     (out / "report.json").write_text("previous")
     script = f"""
 import os, signal
-from rewriter.fsutil import staged_output
+from rewriter.host.fs import staged_output
 with staged_output({str(out)!r}, owned=["*"]) as stage:
     (stage.path / "model.tflite").write_text("new")
     os.kill(os.getpid(), signal.SIGKILL)
@@ -285,7 +285,7 @@ with staged_output({str(out)!r}, owned=["*"]) as stage:
     assert proc.returncode == -9
     assert sorted(p.name for p in out.iterdir()) == ["report.json"]
     assert (out / "report.json").read_text() == "previous"
-    from rewriter.fsutil import staged_output
+    from rewriter.host.fs import staged_output
 
     with staged_output(out, owned=["*"]) as stage:
         (stage.path / "report.json").write_text("next")
@@ -439,7 +439,7 @@ def test_supervised_job_converts_in_process(small, tmp_path):
                           env=dict(os.environ, **env), capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode in (0, 1), proc.stderr
-    assert "rewriter.isolate" not in spawned.read_text()
+    assert "rewriter.host.isolate" not in spawned.read_text()
     import json
 
     report = json.loads(proc.stdout)  # nothing the converter printed reached stdout
@@ -463,7 +463,7 @@ def test_converter_crash_in_the_supervised_job_is_exit_3_naming_the_stage(small,
     kept = Path(line.rsplit("log kept at ", 1)[1]).read_text()
     assert "Fatal Python error" in kept
     assert "=== rewriter-request-" in kept  # what the converter wrote before it died
-    assert "rewriter.isolate" not in spawned.read_text()
+    assert "rewriter.host.isolate" not in spawned.read_text()
     assert not (tmp_path / "out").exists()
 
 
@@ -528,7 +528,7 @@ def test_interrupt_before_the_supervised_child_exists_reaches_it(monkeypatch):
     import signal
     import time
 
-    from rewriter import supervise
+    from rewriter.host import supervise
 
     real = subprocess.Popen
     child = ("import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"

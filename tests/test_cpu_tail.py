@@ -36,7 +36,7 @@ def test_the_tail_starts_at_nms_and_names_the_tensors_it_reads(nms_v5):
 
 
 def test_a_model_without_post_processing_has_no_tail(tmp_path):
-    from rewriter.rules.testing import model_from_function
+    from rewriter.testing import model_from_function
 
     model = model_from_function(lambda x: x * 2.0, [(1, 4)])
     assert cpu_tail(model, load_target("edgetpu").check_graph(model, "int8")) is None

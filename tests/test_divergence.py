@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.verify.divergence import first_divergence
 from tests.test_per_rule import RULES, bn_roots, break_bn_epsilon, convbn_elu_model, tiny_samples
 

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from rewriter.opfacts import OpFacts, TensorFacts
 from rewriter.targets import load_target
+from rewriter.targets.opfacts import OpFacts, TensorFacts
 from rewriter.targets.verdicts import (
     STATUS_DTYPE,
     STATUS_LIMITATION,
@@ -145,7 +145,7 @@ def violating_tflite(tmp_path_factory) -> str:
     non-zero channel concatenated, a MEAN over a depth of 6, a FULLY_CONNECTED with a [1, 4, 6]
     output, a PReLU with a per-element alpha."""
     from rewriter.export.tflite import export_tflite
-    from rewriter.rules.testing import model_from_keras
+    from rewriter.testing import model_from_keras
 
     inp = keras.Input((4, 4, 5), batch_size=1)
     x = keras.layers.Lambda(lambda t: tf.concat([t, tf.ones((1, 4, 4, 1))], -1))(inp)

@@ -7,7 +7,7 @@ import pytest
 
 from rewriter.export import ExportError
 from rewriter.export.onnx import _check_model, export_onnx
-from rewriter.model import Model, Source, TensorSpec
+from rewriter.ir.model import Model, Source, TensorSpec
 from rewriter.verify.data import synthetic_inputs
 from rewriter.verify.metrics import compare, stack_samples
 from rewriter.verify.runners import OnnxRunner, TFRunner

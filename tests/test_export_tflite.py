@@ -8,7 +8,7 @@ import pytest
 from rewriter.export import ExportError
 from rewriter.export.saved_model import export_saved_model
 from rewriter.export.tflite import SYNTHETIC_WARNING, export_tflite
-from rewriter.model import Model, Source, TensorSpec
+from rewriter.ir.model import Model, Source, TensorSpec
 from rewriter.verify.data import synthetic_inputs
 from rewriter.verify.metrics import compare, stack_samples
 from rewriter.verify.runners import LiteRTRunner, TFRunner, rename_outputs, run_tflite

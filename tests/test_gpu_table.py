@@ -68,9 +68,9 @@ def test_keras_gelu_is_left_alone_for_the_gpu(cli, gelu_keras, tmp_path):
 
 def test_the_analyzer_sees_the_same_ops_as_the_table(gelu_keras, tmp_path):
     """The file the job exports, as TF's analyzer lists it: the ops the table judged."""
-    from rewriter.artifact import read_artifact
     from rewriter.export.tflite import export_tflite
     from rewriter.frontends import load_model
+    from rewriter.targets.artifact import read_artifact
 
     res = export_tflite(load_model(gelu_keras), tmp_path / "m.tflite", quantize="float16")
     report = _analyzer_report(open(res.path, "rb").read())

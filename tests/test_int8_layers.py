@@ -135,7 +135,7 @@ def test_the_job_reports_int8_error_per_layer_in_json_md_and_html(tmp_path):
 def test_an_unrolled_layer_has_one_row_per_occurrence_with_its_own_numbers():
     """An unrolled LSTM repeats a layer's name once per step: the table shows each step's own
     figures (it showed the last step's for every row, keyed by name) and says which step."""
-    from rewriter.report_int8 import rows, svg
+    from rewriter.report.int8 import rows, svg
     from rewriter.verify.int8_layers import Int8Layers, LayerError
 
     def layer(name, first, added):

@@ -18,8 +18,8 @@ import pytest
 
 from rewriter.export.tflite import export_tflite
 from rewriter.frontends import load_model
-from rewriter.int8_range import diagnose, int16_blockers, lines
 from rewriter.targets import load_target
+from rewriter.tune.int8_range import diagnose, int16_blockers, lines
 from rewriter.verify.int8_layers import STARVED, int8_layer_errors
 
 N = 64

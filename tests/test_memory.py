@@ -1,4 +1,4 @@
-"""Weights as variables (rewriter.model.lift_weights): what the converter's SavedModel and the
+"""Weights as variables (rewriter.ir.model.lift_weights): what the converter's SavedModel and the
 per-layer int8 comparison run, so a job does not copy its weights at every step TensorFlow takes
 (the memory figures: ``benchmarks/memory_ratio.py``, README "Memory")."""
 
@@ -25,7 +25,7 @@ def dense_model(tmp_path_factory):
 
 
 def test_lift_weights_lifts_large_float_constants_only(dense_model):
-    from rewriter.model import WEIGHT_MIN_ELEMENTS, lift_weights
+    from rewriter.ir.model import WEIGHT_MIN_ELEMENTS, lift_weights
 
     graph, variables = lift_weights(dense_model.graph_def)
     sizes = {name: int(np.prod(v.shape)) for name, v in variables.items()}
@@ -39,7 +39,7 @@ def test_lift_weights_lifts_large_float_constants_only(dense_model):
 
 
 def test_weights_function_computes_what_the_model_computes(dense_model):
-    from rewriter.model import WeightsFunction
+    from rewriter.ir.model import WeightsFunction
 
     rng = np.random.default_rng(0)
     feeds = {"image": rng.uniform(-1, 1, (1, 8, 8, 3)).astype(np.float32)}
@@ -105,7 +105,7 @@ def test_shape_inference_sees_weights_as_placeholders_of_their_shape(dense_model
     TensorFlow gives the graph with them."""
     import tensorflow as tf
 
-    from rewriter.model import WEIGHT_MIN_ELEMENTS, shape_only
+    from rewriter.ir.model import WEIGHT_MIN_ELEMENTS, shape_only
     from rewriter.targets.predict import _infer_shapes
 
     light = shape_only(dense_model.graph_def)

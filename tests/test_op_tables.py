@@ -40,7 +40,7 @@ def test_every_vela_accelerator_config_is_a_target():
 
 def test_ethos_u_tables_match_vela_supported_ops_report():
     """`vela --supported-ops-report` is the truth; the tables cannot drift from the compiler."""
-    from rewriter.vela import supported_ops_report
+    from rewriter.targets.vela import supported_ops_report
 
     report = supported_ops_report()
     u55 = set(report["Ethos-U55 and Ethos-U65"])
@@ -110,7 +110,7 @@ def test_rknn_is_the_allowlist_of_its_op_support_document():
     for op in ("GRU", "LogSoftmax", "RoiAlign", "Slice", "Softmax", "Tile"):
         assert [c.kind for c in rknn.ops[op].constraints] == ["batch_one"], op
     assert rknn.ops["Softmax"].doc == "batchsize: 1"
-    from rewriter.opfacts import OpFacts
+    from rewriter.targets.opfacts import OpFacts
 
     assert rknn.judge(OpFacts("s", "Softmax", input_shape=(1, 10), output_shape=(1, 10))).supported
     bad = rknn.judge(OpFacts("s", "Softmax", input_shape=(2, 10), output_shape=(2, 10)))

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from rewriter.resources import source_checkout
+from rewriter.host.resources import source_checkout
 
 from .conftest import MODELS, ROOT
 
@@ -85,7 +85,7 @@ def test_wheel_carries_the_op_tables_and_runs_outside_the_repository(installed):
 
     work, env = installed["work"], installed["env"]
     where = _run([str(installed["python"]), "-c",
-                  "import rewriter, rewriter.resources as r; print(rewriter.__file__); "
+                  "import rewriter, rewriter.host.resources as r; print(rewriter.__file__); "
                   "print(r.source_checkout()); print(r.op_tables_dir())"], cwd=work, env=env)
     assert where.returncode == 0, where.stderr
     module, checkout, tables = where.stdout.split()
@@ -127,7 +127,7 @@ def test_installed_docs_command_needs_an_output_directory(installed):
 
 
 def test_source_checkout_reads_its_own_tables():
-    from rewriter.resources import op_tables_dir
+    from rewriter.host.resources import op_tables_dir
 
     assert source_checkout() == ROOT
     assert op_tables_dir() == ROOT / "op_tables"

@@ -11,12 +11,11 @@ import pytest
 import tensorflow as tf
 
 from rewriter.errors import RuleError
-from rewriter.passes import PassManager, RulePass, StopRewrite, Tracer, apply_rules
-from rewriter.planner import apply, plan
+from rewriter.rewrite.passes import PassManager, RulePass, StopRewrite, Tracer, apply_rules
+from rewriter.rewrite.planner import apply, plan
 from rewriter.rules import all_rules, get_rule, rule_for_op, rules_for_op
 from rewriter.rules.base import Builder, Match, Rule
-from rewriter.rules.testing import conv_bn_elu_chain, model_from_function, op_types
-from rewriter.targets.testing import toy_target
+from rewriter.testing import conv_bn_elu_chain, model_from_function, op_types, toy_target
 
 BASIC = {"Conv2D", "Relu", "Sub", "AddV2", "Mul", "BiasAdd", "Maximum", "Minimum", "Mean",
          "Rsqrt", "Exp"}
@@ -231,7 +230,7 @@ def test_batchnorm_plans_the_fold_and_the_mul_add_fallback_together():
 def test_layernorm_alternatives_conv_mean_only_where_mean_is_lacking():
     import keras
 
-    from rewriter.rules.testing import model_from_keras
+    from rewriter.testing import model_from_keras
 
     inp = keras.Input((4, 4, 8), batch_size=1)
     model = model_from_keras(keras.Model(inp, keras.layers.LayerNormalization()(inp)))
@@ -262,8 +261,8 @@ def test_a_crashing_pattern_is_reported_with_rule_and_node():
 def test_planner_works_with_the_real_op_tables():
     import keras
 
-    from rewriter.rules.testing import model_from_keras
     from rewriter.targets import load_target
+    from rewriter.testing import model_from_keras
 
     inp = keras.Input((16, 16, 3), batch_size=1)
     y = keras.layers.Conv2D(8, 3, padding="same")(inp)
@@ -279,7 +278,7 @@ def test_planner_works_with_the_real_op_tables():
 
 
 def test_graph_index_rename_rewrites_data_and_control_references():
-    from rewriter.graph import GraphIndex, make_node
+    from rewriter.ir.graph import GraphIndex, make_node
 
     model = _relu_model()
     g = GraphIndex(model.graph_def)
@@ -299,7 +298,7 @@ EDGE_LIKE_OPS = {"MEAN", "CONV_2D", "RESHAPE", "SUB", "PAD", "L2_NORMALIZATION",
 def _keras_ln_model():
     import keras
 
-    from rewriter.rules.testing import model_from_keras
+    from rewriter.testing import model_from_keras
 
     inp = keras.Input((4, 4, 8), batch_size=1)
     return model_from_keras(keras.Model(inp, keras.layers.LayerNormalization()(inp)))

@@ -15,7 +15,7 @@ def convbn_elu_model():
     """x -> conv+bias -> FusedBatchNormV3 (eps 1e-3) -> Elu, twice: two BN roots to tell apart."""
     import tensorflow as tf
 
-    from rewriter.rules.testing import model_from_function
+    from rewriter.testing import model_from_function
 
     rng = np.random.default_rng(0)
 
@@ -34,7 +34,7 @@ def convbn_elu_model():
 
 def break_bn_epsilon(monkeypatch, wrong: float = 0.1) -> None:
     """Make BN folding read a wrong epsilon (the bug users hunt for by hand)."""
-    from rewriter.graph import NodeDef
+    from rewriter.ir.graph import NodeDef
     from rewriter.rules import _batchnorm
 
     real = _batchnorm._fused

@@ -3,8 +3,8 @@ artifact."""
 
 from __future__ import annotations
 
-from rewriter.pipeline import plan_retry
-from rewriter.planner import Plan, choose_rules
+from rewriter.job.pipeline import plan_retry
+from rewriter.rewrite.planner import Plan, choose_rules
 from rewriter.targets import load_target
 
 

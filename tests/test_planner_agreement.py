@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from rewriter.activations import activation_net, catalogue, get
+from rewriter.frontends.activations import activation_net, catalogue, get
 
 TARGETS = ("edgetpu", "ethos-u55-128", "tflm")
 
 
 def _activation_model(tmp: Path, key: str) -> Path:
-    from rewriter.rules.testing import model_from_keras
+    from rewriter.testing import model_from_keras
 
     path = tmp / "model.pb"
     path.write_bytes(model_from_keras(activation_net(get(key))).graph_def.SerializeToString())

@@ -8,8 +8,8 @@ import pytest
 
 from rewriter.export.tflite import export_tflite
 from rewriter.frontends import load_model
-from rewriter.graph import GraphIndex
-from rewriter.prequant import correct_bias, equalize, find_pairs
+from rewriter.ir.graph import GraphIndex
+from rewriter.tune.prequant import correct_bias, equalize, find_pairs
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def test_equalization_evens_out_the_ranges_into_a_depthwise_conv(net):
 
 def test_pairs_need_single_consumers_and_constant_kernels(net):
     model, _ = net
-    from rewriter.passes import apply_rules
+    from rewriter.rewrite.passes import apply_rules
 
     g = GraphIndex(apply_rules(model, ["batchnorm_fold_into_conv"]).model.graph_def)
     pairs = find_pairs(g)

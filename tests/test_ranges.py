@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from rewriter.graph import GraphIndex
-from rewriter.ranges import attach_samples, has_samples, measure, observed_range
-from rewriter.rules.testing import model_from_function
+from rewriter.ir.graph import GraphIndex
+from rewriter.ir.ranges import attach_samples, has_samples, measure, observed_range
+from rewriter.testing import model_from_function
 
 SHAPE = (1, 4, 4, 2)
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from rewriter.frontends import load_model
-from rewriter.recover import _fake_quant_kernel
-from rewriter.stages import job_data
+from rewriter.job.stages import job_data
+from rewriter.tune.recover import _fake_quant_kernel
 
 from .conftest import MODELS, SAMPLES
 
@@ -77,13 +77,13 @@ def test_recover_on_edgetpu_wins_back_int8_accuracy_on_held_back_inputs(cli, tmp
 def test_a_fine_tuned_artifact_that_is_no_better_is_not_kept(cli, tmp_path, monkeypatch):
     """Whatever fine-tuning returns, the job keeps the first artifact unless the new one has a
     smaller error on the fine-tuning inputs (never judged on the held-back ones)."""
-    import rewriter.recover as rec_module
+    import rewriter.tune.recover as rec_module
 
     real = rec_module.recover
 
     def spoiled(teacher, student, train, **kw):
         result = real(teacher, student, train, **kw)
-        from rewriter.graph import GraphIndex
+        from rewriter.ir.graph import GraphIndex
 
         g = GraphIndex(result.model.graph_def)
         for node in g:  # halve every kernel: a much worse model

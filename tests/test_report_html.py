@@ -13,8 +13,9 @@ import zlib
 import numpy as np
 import pytest
 
-from rewriter.report_html import error_histogram, error_histograms, render_html, write_html
+from rewriter.report.html import render_html, write_html
 from rewriter.verify.divergence import Divergence, NodeError
+from rewriter.verify.histograms import error_histogram, error_histograms
 
 BAR_BLUE = (59, 118, 196)  # .plot .bar fill #3b76c4
 PAGE_BG = (246, 247, 249)  # body background #f6f7f9

@@ -55,7 +55,7 @@ def test_edgetpu_artifact_is_full_int8_and_matches(edgetpu_run):
     assert art["outputs"]["logits"]["cosine"] >= 0.99
     tf = report["equivalence"]["rewritten_tf"]
     assert tf["ok"] is True
-    from rewriter.artifact import read_artifact
+    from rewriter.targets.artifact import read_artifact
 
     artifact = read_artifact(out / "model.tflite")
     io_dtypes = {t["dtype"] for t in artifact.inputs + artifact.outputs}

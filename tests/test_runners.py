@@ -10,7 +10,7 @@ import pytest
 from rewriter.errors import UserError
 from rewriter.export.onnx import export_onnx
 from rewriter.export.tflite import export_tflite
-from rewriter.model import Model, Source, TensorSpec
+from rewriter.ir.model import Model, Source, TensorSpec
 from rewriter.verify.data import synthetic_inputs
 from rewriter.verify.factory import load_any
 from rewriter.verify.metrics import compare, stack_samples

@@ -13,7 +13,7 @@ import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 from rewriter.errors import UserError
-from rewriter.model import Model, Source, TensorSpec
+from rewriter.ir.model import Model, Source, TensorSpec
 from rewriter.targets import KINDS, load_target, target_from_table
 
 

@@ -107,7 +107,7 @@ def test_a_file_without_the_pattern_is_returned_unchanged(tmp_path):
 
     from rewriter.export.tflite import export_tflite
     from rewriter.export.tflite_fixups import int8_output_moves
-    from rewriter.rules.testing import model_from_function
+    from rewriter.testing import model_from_function
 
     model = model_from_function(lambda x: tf.reshape(tf.nn.relu(x), [1, 8]), [(1, 2, 4)])
     result = export_tflite(model, tmp_path / "m.tflite", quantize="int8", int8_io=True)

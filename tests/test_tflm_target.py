@@ -33,10 +33,10 @@ def test_a_float_model_has_no_islands(cli):
 
 
 def test_the_artifact_marks_the_island_not_the_io(calibration, tmp_path):
-    from rewriter.artifact import read_artifact
     from rewriter.export.tflite import export_tflite
     from rewriter.frontends import load_model
     from rewriter.targets import load_target
+    from rewriter.targets.artifact import read_artifact
 
     calib = [{"image": c[None]} for c in calibration[:8]]
     path = export_tflite(load_model(SAMPLES["keras"]), tmp_path / "m.tflite", quantize="int8",
@@ -97,7 +97,7 @@ def test_a_model_whose_tensors_outgrow_the_first_arena_still_runs(tmp_path):
     import tensorflow as tf
 
     from rewriter.export.tflite import export_tflite
-    from rewriter.rules.testing import model_from_function
+    from rewriter.testing import model_from_function
     from rewriter.verify.runners import LiteRTRunner
     from rewriter.verify.tflm import MIN_ARENA, TflmRunner, arena_sizes
 
@@ -132,7 +132,7 @@ def test_a_file_tflite_micro_fails_to_run_is_measured_in_litert_and_not_ok(cli, 
     the file is measured in LiteRT, the report says why, and the job is not OK (exit 1)."""
     import tensorflow as tf
 
-    from rewriter.rules.testing import model_from_function
+    from rewriter.testing import model_from_function
 
     model = model_from_function(lambda x: tf.sqrt(tf.nn.relu(x) + 0.1) * 2.0, [(1, 16)])
     path = tmp_path / "sqrt.pb"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rewriter.targets import OpVerdict, load_target
-from rewriter.vela import parse_stdout, reconcile, run_vela
+from rewriter.targets.vela import parse_stdout, reconcile, run_vela
 from tests.test_artifact import conv_elu_int8  # noqa: F401  (module fixture)
 
 SAMPLE = """Warning: No system configuration specified. Using a default.
@@ -74,7 +74,7 @@ def test_ops_vela_names_none_are_matched_by_their_ofm():
     """Vela 5.2 prints ``operator: None`` for ops its enum lacks (RFFT2D, COMPLEX_ABS of an STFT
     front end); they are CPU ops, never "Mapped"."""
     from rewriter.targets import GraphCheck
-    from rewriter.vela import VelaResult
+    from rewriter.targets.vela import VelaResult
 
     text = ("Warning (supported operators) operator: None, ofm: 'stft/rfft4'\n"
             "Reason: Unsupported opType\n\nCPU operators = 1 (50%)\nNPU operators = 1 (50%)\n")

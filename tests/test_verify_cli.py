@@ -193,7 +193,7 @@ def test_sample_model_and_its_tflite_match_on_the_calibration_data(cli, samples,
 def rewritten(samples, tmp_path_factory):
     """The tf_keras sample (fused BN) and a SavedModel of it with BN folded and ELU rewritten."""
     from rewriter.export.saved_model import export_saved_model
-    from rewriter.passes import apply_rules
+    from rewriter.rewrite.passes import apply_rules
 
     d = tmp_path_factory.mktemp("rewritten")
     result = apply_rules(load_model(samples["h5_tfkeras"]),

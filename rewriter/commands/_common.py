@@ -8,7 +8,7 @@ from typing import Any
 
 from rewriter.errors import UserError
 from rewriter.frontends import LoadOptions, detect_format, load_model
-from rewriter.model import Model
+from rewriter.ir.model import Model
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, positional: str = "model") -> None:
@@ -129,8 +129,8 @@ RUN_OUTPUTS = ("model.tflite", "model.onnx", "saved_model", "report.json", "repo
 
 def rewrite_reports(stage: Any, result: Any) -> None:
     """Rewrite a finished job's reports with OUT's paths instead of the staging directory's."""
-    from rewriter.report import write_reports
-    from rewriter.report_html import write_html
+    from rewriter.report.build import write_reports
+    from rewriter.report.html import write_html
 
     result.report = stage.relocate(result.report)
     result.files = stage.relocate(result.files)

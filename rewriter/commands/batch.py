@@ -1,6 +1,6 @@
 """``rewrite batch MANIFEST.toml -o DIR``: many main jobs, in parallel processes or on Ray.
 
-See :mod:`rewriter.batch` for the manifest and what ``DIR`` holds. Exit 0 when every job is OK,
+See :mod:`rewriter.batch.run` for the manifest and what ``DIR`` holds. Exit 0 when every job is OK,
 1 when a job's result is not acceptable or a job failed (each job's exit code is in
 ``batch.json``), 2 for a bad manifest or usage, or an interrupt (finished jobs stay).
 """
@@ -72,9 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, ui: Any) -> int:
     import json
 
-    from rewriter.batch import BATCH_JSON, BATCH_MD, check_outdir, load_manifest, run_batch
-    from rewriter.batch_exec import LocalPool, default_workers
-    from rewriter.fsutil import output_lock
+    from rewriter.batch.local import LocalPool, default_workers
+    from rewriter.batch.run import BATCH_JSON, BATCH_MD, check_outdir, load_manifest, run_batch
+    from rewriter.host.fs import output_lock
 
     if args.workers is not None and args.workers < 1:
         raise UserError("--workers must be at least 1")
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace, ui: Any) -> int:
     outdir = check_outdir(args.out, manifest)
     memory_mb = args.job_memory * 1000
     if args.ray:
-        from rewriter.batch_ray import RayPool
+        from rewriter.batch.ray_pool import RayPool
 
         pool: Any = RayPool(args.ray, memory_mb)
         threads = None

@@ -7,8 +7,8 @@ targets Vela is run on the exported file and its placement overrides the table; 
 are reported. For the Edge TPU the cut point (first unsupported op) is reported.
 
 ``plan`` predicts ``rewrite run`` exactly, with its own functions on the same data: the rules
-:func:`rewriter.planner.plan_and_apply` applies (each unsupported op's ``fix`` names them), the
-rewritten graph exported, and the second attempt :func:`rewriter.pipeline.plan_retry` decides
+:func:`rewriter.rewrite.planner.plan_and_apply` applies (each unsupported op's ``fix`` names them), the
+rewritten graph exported, and the second attempt :func:`rewriter.job.pipeline.plan_retry` decides
 when the converter re-fuses a rule's output or leaves it in float, and what that file still
 lacks (``artifact_unsupported``); a test runs both on the test models and asserts they agree.
 
@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rewriter.model import Model
-    from rewriter.passes import RewriteResult
-    from rewriter.planner import Plan
-    from rewriter.results import Retry
-    from rewriter.stages import Deployment, JobData, Steps
+    from rewriter.ir.model import Model
+    from rewriter.job.results import Retry
+    from rewriter.job.stages import Deployment, JobData, Steps
+    from rewriter.rewrite.passes import RewriteResult
+    from rewriter.rewrite.planner import Plan
     from rewriter.targets import Target
 
 HELP = "report which ops a target lacks, why, and which rule would fix them (exit 1 if any)"
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace, ui: Any) -> int:
 
     target = load_target(args.target, args.opset)
     if Path(args.model).suffix == ".onnx" and args.opset is None and target.artifact == "onnx":
-        from rewriter.artifact import read_artifact
+        from rewriter.targets.artifact import read_artifact
 
         target = load_target(args.target, read_artifact(args.model).opset)  # the file's opset
     quantize = target.resolve_quantize(args.quantize)
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace, ui: Any) -> int:
 def check_model(args: argparse.Namespace, target: Target, quantize: str,
                 ui: Any) -> dict[str, Any]:
     """Run the levels that apply and assemble the result object (what ``--json`` prints)."""
-    from rewriter.stages import Steps, check_artifact, vela_stage
+    from rewriter.job.stages import Steps, check_artifact, vela_stage
 
     path = Path(args.model)
     result: dict[str, Any] = {"target": target.name, "title": target.title,
@@ -126,7 +126,7 @@ def check_model(args: argparse.Namespace, target: Target, quantize: str,
 
     with ui.step(f"loading {args.model}"):
         model = load_from_args(args)
-    from rewriter.stages import job_data
+    from rewriter.job.stages import job_data
 
     data = job_data(model, quantize)  # what `rewrite run` calibrates on without --calibration
     graph = target.check_graph(model, quantize)
@@ -182,10 +182,10 @@ class _JobPlan:
 
 def _plan_job(model: Model, target: Target, quantize: str, data: JobData,
               exclude: frozenset[str] = frozenset(), exact_only: bool = False) -> _JobPlan:
-    """Plan and rewrite as ``rewrite run`` does (:func:`rewriter.planner.plan_and_apply` on the
+    """Plan and rewrite as ``rewrite run`` does (:func:`rewriter.rewrite.planner.plan_and_apply` on the
     job's data: fitted rules need a tensor's range), and the post-processing tail the rewritten
     graph leaves on the CPU (:func:`rewriter.targets.tail.cpu_tail`) or None."""
-    from rewriter.planner import plan_and_apply
+    from rewriter.rewrite.planner import plan_and_apply
     from rewriter.targets.tail import cpu_tail
 
     the_plan, rewritten = plan_and_apply(model, target, quantize, exact_only=exact_only,
@@ -199,8 +199,8 @@ def _predict_retry(job: _JobPlan, model: Model, target: Target, quantize: str,
                    args: argparse.Namespace, steps: Steps, data: JobData) -> _JobPlan:
     """Export the rewritten graph as ``rewrite run`` does; when the file still holds an op a
     planned rule was meant to remove (the converter re-fused it, or left it in float), plan
-    again without those rules (:func:`rewriter.pipeline.plan_retry`, the job's own decision)."""
-    from rewriter.pipeline import plan_retry
+    again without those rules (:func:`rewriter.job.pipeline.plan_retry`, the job's own decision)."""
+    from rewriter.job.pipeline import plan_retry
 
     job.deployment = _export_rewritten(job, target, quantize, args, steps, data)
     exact_only = job.plan.exact_only
@@ -216,7 +216,7 @@ def _predict_retry(job: _JobPlan, model: Model, target: Target, quantize: str,
 
 def _export_rewritten(job: _JobPlan, target: Target, quantize: str, args: argparse.Namespace,
                       steps: Steps, data: JobData) -> Deployment:
-    from rewriter.stages import deploy
+    from rewriter.job.stages import deploy
 
     with tempfile.TemporaryDirectory(prefix="rewrite_check_") as tmp:
         return deploy(job.rewrite.model, target, quantize, Path(tmp) / f"model.{target.artifact}",
@@ -226,8 +226,8 @@ def _export_rewritten(job: _JobPlan, target: Target, quantize: str, args: argpar
 def _deploy(model: Model, target: Target, quantize: str, args: argparse.Namespace,
             steps: Steps, result: dict[str, Any], data: JobData) -> Deployment:
     """Export to a temp dir, never next to the input, calibrated and with the I/O types as
-    ``rewrite run`` would (:func:`rewriter.stages.job_data`), and judge the file."""
-    from rewriter.stages import deploy
+    ``rewrite run`` would (:func:`rewriter.job.stages.job_data`), and judge the file."""
+    from rewriter.job.stages import deploy
 
     with tempfile.TemporaryDirectory(prefix="rewrite_check_") as tmp:
         deployment = deploy(model, target, quantize, Path(tmp) / f"model.{target.artifact}",
@@ -328,7 +328,7 @@ def _print(result: dict[str, Any], ui: Any) -> None:
         ui.out(f"\nVela ({v['config']}): NPU operators = {v['npu_ops']}, CPU operators = "
                f"{v['cpu_ops']}" + (f", estimated inference time {float(t) * 1e3:.2f} ms"
                                      if t else ""))
-        from rewriter.vela import count_note
+        from rewriter.targets.vela import count_note
 
         note = count_note(v, v.get("file_ops"))
         if note:

@@ -2,7 +2,7 @@
 
 The pages are generated, never edited, so they cannot drift from the tables; ``--check`` exits 1
 and names the stale pages when a table changed without ``rewrite docs`` being run. One page,
-``activations.md`` (:mod:`rewriter.activation_table`), is the activation x target table the
+``activations.md`` (:mod:`rewriter.report.activation_table`), is the activation x target table the
 planner decides (it plans every activation: about 30 s).
 """
 
@@ -21,7 +21,7 @@ HELP = ("regenerate docs/targets/*.md from op_tables/ and the rules (--check: fa
 
 def docs_dir() -> Path | None:
     """``docs/targets`` of the source checkout, or None when running from an installed wheel."""
-    from rewriter.resources import source_checkout
+    from rewriter.host.resources import source_checkout
 
     root = source_checkout()
     return root / "docs" / "targets" if root is not None else None
@@ -35,8 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def pages() -> dict[str, str]:
     """Every generated page: the op tables' and the activation table."""
-    from rewriter.activation_table import PAGE, page
-    from rewriter.resources import source_checkout
+    from rewriter.host.resources import source_checkout
+    from rewriter.report.activation_table import PAGE, page
     from rewriter.targets import docs_files
 
     return {**docs_files(), PAGE: page(source_checkout())}
@@ -53,7 +53,7 @@ def stale_pages(out: Path) -> list[str]:
 
 
 def run(args: argparse.Namespace, ui: Any) -> int:
-    from rewriter.fsutil import atomic_write_bytes
+    from rewriter.host.fs import atomic_write_bytes
 
     if args.out is None and docs_dir() is None:
         raise UserError("no source checkout here (rewriter runs from an installed package): "

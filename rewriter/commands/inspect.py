@@ -87,7 +87,7 @@ def run(args: argparse.Namespace, ui: Any) -> int:
 
 def _inspect_artifact(path: str, ui: Any) -> int:
     """An exported file: what is in it, read without running it."""
-    from rewriter.artifact import read_artifact
+    from rewriter.targets.artifact import read_artifact
 
     art = read_artifact(path)
     info: dict[str, Any] = {

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace, ui: Any) -> int:
         raise UserError(f"output path {args.output!r} exists; choose a new .pb path")
     from pathlib import Path
 
-    from rewriter.fsutil import refuse_inputs
+    from rewriter.host.fs import refuse_inputs
 
     refuse_inputs(Path(args.output).resolve(), args.output, [args.first, args.second])
     conns = parse_connections(args.connect)
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace, ui: Any) -> int:
 def _write(graph_def: Any, path: str) -> None:
     from google.protobuf import text_format
 
-    from rewriter.fsutil import atomic_write_bytes
+    from rewriter.host.fs import atomic_write_bytes
 
     text = path.lower().endswith(".pbtxt")
     data = text_format.MessageToString(graph_def).encode() if text else \

@@ -2,7 +2,7 @@
 
 Variables are matched by name after ``--map`` rules, shapes and dtypes are checked, matching ones
 are copied bit for bit and the rest keep the target's own values. OUT is a directory for every
-format (written inside, staged and swapped in: :mod:`rewriter.fsutil`).
+format (written inside, staged and swapped in: :mod:`rewriter.host.fs`).
 
 The verdict is the exit code: 0 when written and every source variable went somewhere; 1 when a
 variable is mismatched (same name, another shape or dtype: the target keeps its own value) or
@@ -56,7 +56,7 @@ OUTPUTS = ("model.ckpt*", "checkpoint", "model.keras", "model.h5", "saved_model.
 
 
 def run(args: argparse.Namespace, ui: Any) -> int:
-    from rewriter.fsutil import staged_output
+    from rewriter.host.fs import staged_output
     from rewriter.surgery.restore import restore
 
     with staged_output(args.output, [args.source, args.target], OUTPUTS, "restore") as stage:

@@ -1,10 +1,10 @@
-"""``rewrite MODEL --target T -o OUT``: the whole job (see :mod:`rewriter.pipeline`).
+"""``rewrite MODEL --target T -o OUT``: the whole job (see :mod:`rewriter.job.pipeline`).
 
 Exit 0 when the exported artifact has no op the target lacks and its outputs match the original
 within tolerance; 1 otherwise (``report.md`` says which and by how much); 2 for bad usage/input.
 OUT holds ``model.tflite`` or ``model.onnx``, the rewritten float model as ``saved_model/``,
 ``report.json`` and ``report.md`` (and Vela's ``*_vela.tflite`` and summary CSV for Ethos-U).
-The run is staged next to OUT and swapped in when it ends (:func:`rewriter.fsutil.
+The run is staged next to OUT and swapped in when it ends (:func:`rewriter.host.fs.
 staged_output`): OUT holds this run or the previous one, never a mix, and a failed run leaves it
 as it was.
 """
@@ -107,10 +107,10 @@ def validate(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace, ui: Any) -> int:
-    from rewriter import isolate
     from rewriter.export.validate import check_weights
-    from rewriter.fsutil import staged_output
-    from rewriter.pipeline import JobOptions, run_job
+    from rewriter.host import isolate
+    from rewriter.host.fs import staged_output
+    from rewriter.job.pipeline import JobOptions, run_job
     from rewriter.targets import load_target
 
     target = load_target(args.target, args.opset)

@@ -38,7 +38,7 @@ OUTPUTS = ("saved_model.pb", "variables", "assets", "fingerprint.pb", "model.ker
 
 
 def run(args: argparse.Namespace, ui: Any) -> int:
-    from rewriter.fsutil import staged_output
+    from rewriter.host.fs import staged_output
     from rewriter.surgery.unfreeze import unfreeze
 
     names = [n.strip() for n in (args.weights or "").split(",") if n.strip()] or None

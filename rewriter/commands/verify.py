@@ -11,7 +11,7 @@ When A and B are both TF models (say ``model.keras`` and the ``out/saved_model``
 (:mod:`rewriter.verify.divergence`) and ``--check-each-rule`` re-applies the rules recorded in
 B's provenance to A one at a time (:mod:`rewriter.verify.per_rule`); a divergence or a breaking
 rule also exits 1. ``--html`` writes the comparison as a page with |B - A| histograms
-(:mod:`rewriter.report_html`).
+(:mod:`rewriter.report.html`).
 """
 
 from __future__ import annotations
@@ -264,7 +264,7 @@ def job_of(reference: str, candidate: str) -> Any:
 
 def _run_both(ref: Any, cand: Any, samples: list[dict]) -> tuple[dict, dict, str]:
     """Both models on the samples; B's outputs keyed by A's names (and how they matched)."""
-    from rewriter.stages import run_samples
+    from rewriter.job.stages import run_samples
     from rewriter.verify.runners import match_names
 
     _, how = match_names(ref.outputs, cand.outputs, "output")
@@ -294,8 +294,9 @@ def _tolerances(items: list[str], flag: str,
 
 def _write_html(path: str, report: dict[str, Any], result: Any, ref_out: dict,
                 cand_out: dict) -> Path:
-    """The comparison as ``report.html`` (see :mod:`rewriter.report_html`) at ``path``."""
-    from rewriter.report_html import error_histograms, write_html
+    """The comparison as ``report.html`` (see :mod:`rewriter.report.html`) at ``path``."""
+    from rewriter.report.html import write_html
+    from rewriter.verify.histograms import error_histograms
 
     out = Path(path)
     data = report["data"]

@@ -1,4 +1,4 @@
-"""Back ends: the rewritten :class:`rewriter.model.Model` as a deployable file.
+"""Back ends: the rewritten :class:`rewriter.ir.model.Model` as a deployable file.
 
 ``export_tflite`` (float32, full-integer int8, float16; LiteRT builtins only, never Flex ops),
 ``export_onnx`` (tf2onnx, checked with ``onnx.checker``) and ``export_saved_model`` (the float

@@ -31,8 +31,8 @@ from rewriter.export.request import (
     read_request,
 )
 from rewriter.export.result import ExportError, ExportResult
-from rewriter.fsutil import atomic_write_bytes
-from rewriter.model import Model
+from rewriter.host.fs import atomic_write_bytes
+from rewriter.ir.model import Model
 
 #: Opsets ``--opset`` accepts: ONNX Runtime implements opset 7 and later, and tf2onnx 1.17
 #: converts up to opset 18 (its README: 14 to 18 tested, 6 to 13 expected to work).
@@ -70,11 +70,11 @@ def _quiet_tf2onnx() -> Iterator[None]:
 
 
 def _convert(model: Model, opset: int) -> Any:
-    """The tf2onnx ModelProto, converted through :mod:`rewriter.isolate` (in the worker process,
+    """The tf2onnx ModelProto, converted through :mod:`rewriter.host.isolate` (in the worker process,
     or in this one when it is a supervised child)."""
     import onnx
 
-    from rewriter import isolate
+    from rewriter.host import isolate
 
     payload, files = model_request(model, {"opset": opset})
     result, out = isolate.call(f"ONNX conversion (tf2onnx, opset {opset})",

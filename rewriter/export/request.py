@@ -1,6 +1,6 @@
 """A model and its export options as a request directory for the converter worker, and back.
 
-The exporters hand the converter to :mod:`rewriter.isolate` (a child process, or this process
+The exporters hand the converter to :mod:`rewriter.host.isolate` (a child process, or this process
 when it is the supervised child of the ``rewrite`` command): the model travels
 as ``model.pb`` (the frozen GraphDef) plus its signature and options in ``payload.json``;
 calibration samples as ``calibration.npz``. The worker rebuilds the :class:`Model` and runs the
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from rewriter.export.result import ExportError
-from rewriter.model import Model, Source, TensorSpec
+from rewriter.ir.model import Model, Source, TensorSpec
 
 
 def model_request(model: Model, options: dict[str, Any],
@@ -42,7 +42,7 @@ def model_request(model: Model, options: dict[str, Any],
 def read_request(directory: Path) -> tuple[Model, dict[str, Any],
                                            list[dict[str, np.ndarray]] | None]:
     """The worker side: ``(model, options, samples)`` from a request directory."""
-    from rewriter.graph import GraphDef
+    from rewriter.ir.graph import GraphDef
 
     payload = json.loads((directory / "payload.json").read_text())
     graph_def = GraphDef()

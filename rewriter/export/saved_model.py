@@ -1,7 +1,7 @@
 """The rewritten float model as a SavedModel, and the named serving function behind it.
 
 :func:`serving_function` wraps ``Model.concrete_function()`` (the graph with its weights read
-from variables, :meth:`rewriter.model.Model.weights`) in a ``tf.function`` whose arguments are
+from variables, :meth:`rewriter.ir.model.Model.weights`) in a ``tf.function`` whose arguments are
 named after the model's input ``TensorSpec`` names and which returns a dict keyed by the output
 names. The SavedModel export and the TFLite converter both use it, so the ``serving_default``
 signature of the SavedModel and the signature inside the ``.tflite`` carry the same names as
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from rewriter.export.result import ExportResult
-from rewriter.fsutil import make_temp_dir, replace_dir
-from rewriter.model import Model, signature_names
+from rewriter.host.fs import make_temp_dir, replace_dir
+from rewriter.ir.model import Model, signature_names
 
 
 def serving_function(model: Model, variables: bool = True) -> tuple[Any, Any]:
@@ -25,7 +25,7 @@ def serving_function(model: Model, variables: bool = True) -> tuple[Any, Any]:
 
     It calls ``Model.concrete_function()`` (a pruned ``wrap_function``, which TF1 control flow
     needs). With ``variables`` (the default) that function reads the weights from the model's
-    variables (:meth:`rewriter.model.Model.weights`), as a Keras model's SavedModel holds them:
+    variables (:meth:`rewriter.ir.model.Model.weights`), as a Keras model's SavedModel holds them:
     the TFLite converter reads such a SavedModel with much less memory (measured on TF 2.21,
     ResNet50 at 64x64, full int8: its peak 1.0 GB above TensorFlow's own from variables, 2.2 GB
     from the same graph with its weights as constants) and freezes them back itself. Without,

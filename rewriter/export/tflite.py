@@ -43,8 +43,8 @@ from rewriter.export.request import (
 )
 from rewriter.export.result import ExportError, ExportResult
 from rewriter.export.validate import check_samples, check_weights
-from rewriter.fsutil import atomic_write_bytes
-from rewriter.model import Model
+from rewriter.host.fs import atomic_write_bytes
+from rewriter.ir.model import Model
 
 SYNTHETIC_WARNING = "calibration synthetic: accuracy unmeasured"
 _OP_RE = re.compile(r"'tf\.(\w+)' op is neither a custom op nor a flex op")
@@ -135,9 +135,9 @@ def _calibration_samples(model: Model, calibration: Sequence[dict[str, np.ndarra
 def _convert(model: Model, quantize: str, calibration: list[dict[str, np.ndarray]] | None,
              int8_io: bool) -> tuple[bytes, str]:
     """The flatbuffer bytes and the route that produced them, converted through
-    :mod:`rewriter.isolate` (in the worker process, or in this one when it is a supervised
+    :mod:`rewriter.host.isolate` (in the worker process, or in this one when it is a supervised
     child): a converter crash becomes exit 3 naming the stage either way."""
-    from rewriter import isolate
+    from rewriter.host import isolate
 
     payload, files = model_request(model, {"quantize": quantize, "int8_io": int8_io},
                                    calibration)
@@ -148,7 +148,7 @@ def _convert(model: Model, quantize: str, calibration: list[dict[str, np.ndarray
 
 
 def convert_request(directory: Path) -> dict[str, Any]:
-    """Worker side of :func:`_convert` (run by :func:`rewriter.isolate.call`): convert the
+    """Worker side of :func:`_convert` (run by :func:`rewriter.host.isolate.call`): convert the
     request's model into ``out/model.tflite``."""
     model, options, samples = read_request(directory)
     try:
@@ -206,7 +206,7 @@ def _converter(model: Model, route: str, tmp: Path, variables: bool = False) -> 
 
     if route == "from_saved_model":
         from rewriter.export.saved_model import export_saved_model
-        from rewriter.procmem import release
+        from rewriter.host.procmem import release
 
         export_saved_model(model, tmp / "saved_model", variables=variables)
         model.forget_functions()  # the converter reads the directory: hold no graph copy

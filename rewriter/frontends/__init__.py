@@ -1,4 +1,4 @@
-"""Front ends: every TensorFlow model format becomes one :class:`rewriter.model.Model`.
+"""Front ends: every TensorFlow model format becomes one :class:`rewriter.ir.model.Model`.
 
 ``load_model(path, options)`` detects the format from the path and the file's first bytes, never
 from the name alone: a Keras ``.keras`` (zip) or ``.h5`` (HDF5; Keras 3 or tf_keras), a SavedModel
@@ -15,7 +15,7 @@ from pathlib import Path
 from rewriter.errors import UserError, first_line
 from rewriter.frontends.limits import check_memory, check_numeric
 from rewriter.frontends.options import LoadOptions
-from rewriter.model import Model
+from rewriter.ir.model import Model
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 ZIP_MAGIC = b"PK\x03\x04"
@@ -101,7 +101,7 @@ def _load(path: str, fmt: str, options: LoadOptions) -> Model:
 
 def _with_output_specs(model: Model) -> Model:
     """Fill output shapes/dtypes from the graph at the static input shapes (and prove it imports)."""
-    from rewriter.model import TensorSpec
+    from rewriter.ir.model import TensorSpec
 
     try:
         fn = model.concrete_function()

@@ -8,8 +8,8 @@ from typing import Any
 
 from rewriter.errors import UserError
 from rewriter.frontends.options import LoadOptions
-from rewriter.graph import GraphDef, parse_input
-from rewriter.model import TensorSpec
+from rewriter.ir.graph import GraphDef, parse_input
+from rewriter.ir.model import TensorSpec
 
 #: Ops that are never a model output (training, saving, initialisation, plumbing).
 NON_OUTPUT_OPS = frozenset({

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rewriter.graph import GraphDef, GraphIndex, parse_input
-from rewriter.loops import FUNCTIONAL_COND_OPS, FUNCTIONAL_LOOP_OPS
-from rewriter.model import Model, Source, TensorSpec
+from rewriter.ir.graph import GraphDef, GraphIndex, parse_input
+from rewriter.ir.loops import FUNCTIONAL_COND_OPS, FUNCTIONAL_LOOP_OPS
+from rewriter.ir.model import Model, Source, TensorSpec
 from rewriter.rules.base import Reject
 
 CALL_OPS = frozenset({"StatefulPartitionedCall", "PartitionedCall"})

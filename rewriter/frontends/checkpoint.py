@@ -20,8 +20,8 @@ from rewriter.frontends._common import NON_OUTPUT_OPS
 from rewriter.frontends.graphdef import model_from_graphdef
 from rewriter.frontends.options import LoadOptions
 from rewriter.frontends.safety import meta_graph_findings, refuse
-from rewriter.graph import parse_input
-from rewriter.model import Model
+from rewriter.ir.graph import parse_input
+from rewriter.ir.model import Model
 
 _TRAINING_PREFIXES = ("save/", "save_", "gradients/", "gradients_", "init", "report_uninit")
 _TRAINING_OPS = ("Apply", "ResourceApply", "Assign", "ReadVariableOp", "VarIsInitialized",

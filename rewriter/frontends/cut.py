@@ -24,8 +24,8 @@ from dataclasses import replace
 from rewriter.errors import UserError
 from rewriter.frontends._common import cut_label, static_shape
 from rewriter.frontends.options import LoadOptions
-from rewriter.graph import GraphIndex, make_const, make_node, node_dtype, parse_input
-from rewriter.model import Model, Source, TensorSpec
+from rewriter.ir.graph import GraphIndex, make_const, make_node, node_dtype, parse_input
+from rewriter.ir.model import Model, Source, TensorSpec
 
 #: Ops whose value is only the static shape of their input (folded before cutting an input).
 _SHAPE_OPS = {"Shape": "shape", "Size": "size", "Rank": "rank"}

@@ -23,8 +23,8 @@ from rewriter.frontends._normalize import drop_unused_control_flow_inputs, lower
 from rewriter.frontends.cut import apply_cut
 from rewriter.frontends.options import LoadOptions
 from rewriter.frontends.safety import graph_findings, refuse
-from rewriter.graph import GraphDef, np_dtype
-from rewriter.model import Model, Source, TensorSpec
+from rewriter.ir.graph import GraphDef, np_dtype
+from rewriter.ir.model import Model, Source, TensorSpec
 
 _VARIABLE_OPS = {"VariableV2", "VarHandleOp", "Variable"}
 

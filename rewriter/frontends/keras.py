@@ -30,7 +30,7 @@ from rewriter.frontends.safety import (
     keras_file_findings,
     refuse,
 )
-from rewriter.model import Model, Source, TensorSpec
+from rewriter.ir.model import Model, Source, TensorSpec
 
 
 def h5_keras_version(path: str) -> str | None:

@@ -23,7 +23,7 @@ from rewriter.frontends.cut import apply_cut
 from rewriter.frontends.options import LoadOptions
 from rewriter.frontends.safety import keras_metadata_notes, refuse, saved_model_findings
 from rewriter.frontends.sizes import check_saved_model
-from rewriter.model import Model, Source, TensorSpec
+from rewriter.ir.model import Model, Source, TensorSpec
 
 
 def load_saved_model(directory: str, options: LoadOptions) -> Model:

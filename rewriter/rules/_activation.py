@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef, data_inputs, parse_input
+from rewriter.ir.graph import GraphIndex, NodeDef, data_inputs, parse_input
+from rewriter.ir.patterns import same_tensor
 from rewriter.rules.base import ADD_OPS, Builder, Match, Reject, Rule, dtype_of, static_value
 
 #: Abramowitz & Stegun 7.1.26: erf(z) = 1 - (a1 t + ... + a5 t^5) exp(-z^2), t = 1/(1 + p z).
@@ -122,12 +123,6 @@ def flatten_product(g: GraphIndex, node: NodeDef) -> Product | None:
     if node.op not in ("Mul", "Neg", "RealDiv", "Div") or not visit(node):
         return None
     return prod
-
-
-def same_tensor(a: str, b: str) -> bool:
-    na, ia, _ = parse_input(a)
-    nb, ib, _ = parse_input(b)
-    return na == nb and ia == ib
 
 
 def linear_of(g: GraphIndex, ref: str) -> tuple[str, float, list[NodeDef]] | None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef
+from rewriter.ir.graph import GraphIndex, NodeDef
 from rewriter.rules.base import ADD_OPS, Reject, commuted, dtype_of, producer_op, static_value
 
 FUSED_OPS = frozenset({"FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"})

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef
+from rewriter.ir.graph import GraphIndex, NodeDef
 from rewriter.rules.base import Match, Rule, const_operand, producer_op, static_value
 
 SELECT_OPS = frozenset({"SelectV2", "Select"})

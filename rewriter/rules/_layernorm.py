@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef
+from rewriter.ir.graph import GraphIndex, NodeDef
 from rewriter.rules.base import (
     ADD_OPS,
     Builder,

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef, node_dtype
-from rewriter.static_eval import static_value, tensor_shape
+from rewriter.ir.graph import GraphIndex, NodeDef, node_dtype
+from rewriter.ir.static_eval import static_value, tensor_shape
 
 #: op -> (list input, index input)
 GET = {"TensorListGetItem": (0, 1), "TensorArrayReadV3": (2, 1)}

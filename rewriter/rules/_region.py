@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from rewriter.graph import GraphDef, GraphIndex, NodeDef, make_node, parse_input
+from rewriter.ir.graph import GraphDef, GraphIndex, NodeDef, make_node, parse_input
 
 #: TF op types that act elementwise on same-shaped operands (with scalar constants).
 ELEMENTWISE = frozenset({
@@ -226,7 +226,7 @@ def _region_graph(g: GraphIndex, region: Region) -> GraphDef:
                 cname = f"region_const/{src}"
                 if cname not in consts:
                     consts.add(cname)
-                    from rewriter.graph import make_const
+                    from rewriter.ir.graph import make_const
 
                     gd.node.append(make_const(cname, np.asarray(value).ravel()[:1].reshape(())))
                 new.input.append(cname)

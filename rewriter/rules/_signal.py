@@ -5,7 +5,7 @@ Shared by the spectrogram rules (``stft_as_conv``):
 * :func:`find_framing` recognises *any* subgraph that cuts a signal into frames by moving data
   only (``tf.signal.frame``'s StridedSlice/Reshape/GatherV2/Reshape, a ``pad_end`` Pad, a hand
   written gather): it walks up from the frames tensor through data-movement ops to the signal
-  ``x``, then evaluates the subgraph with numpy (:func:`rewriter.static_eval.static_value`) on
+  ``x``, then evaluates the subgraph with numpy (:func:`rewriter.ir.static_eval.static_value`) on
   the probe ``x = 1, 2, ..., n``. The result holds, for every frame sample, which signal sample
   it is (0: a zero pad). A second probe with random values must give exactly those samples, so
   a subgraph that scales or mixes samples is never taken for framing. The frames must then be
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef, parse_input
+from rewriter.ir.graph import GraphIndex, NodeDef, parse_input
 from rewriter.rules.base import Builder, static_value, tensor_shape
 
 #: Ops that only move data (a frames tensor is built from the signal with these).

@@ -36,8 +36,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef
-from rewriter.ranges import ObservedRange, observed_range
+from rewriter.ir.graph import GraphIndex, NodeDef
+from rewriter.ir.ranges import ObservedRange, observed_range
 from rewriter.rules._activation import FloatRule
 from rewriter.rules.base import Bound, Builder, Match, Reject, dtype_of, tensor_shape
 

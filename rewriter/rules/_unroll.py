@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef, node_dtype, parse_input, tensor_ref
-from rewriter.loops import Loop
+from rewriter.ir.graph import GraphIndex, NodeDef, node_dtype, parse_input, tensor_ref
+from rewriter.ir.loops import Loop
+from rewriter.ir.static_eval import eval_node, static_value, tensor_shape
 from rewriter.rules._lists import (
     GET,
     LENGTH,
@@ -27,7 +28,6 @@ from rewriter.rules._lists import (
     list_input,
     make_list,
 )
-from rewriter.static_eval import eval_node, static_value, tensor_shape
 
 #: Loops with more iterations than this are not unrolled.
 MAX_TRIP_COUNT = 1024
@@ -343,7 +343,7 @@ class Unroller:
         self.b.created.remove(split.name)
 
     def _const(self, node: NodeDef) -> Value:
-        from rewriter.graph import const_to_array
+        from rewriter.ir.graph import const_to_array
 
         arr = const_to_array(node)
         if arr.dtype.kind in "iub" and arr.size <= _MAX_STATIC:

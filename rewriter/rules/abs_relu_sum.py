@@ -10,7 +10,7 @@ between its inputs and its output; ``relu(x) + relu(-x)`` has the int8 error of 
 
 from __future__ import annotations
 
-from rewriter.graph import GraphIndex
+from rewriter.ir.graph import GraphIndex
 from rewriter.rules._activation import UnaryFloatRule, fconst
 from rewriter.rules.base import Builder, Match
 

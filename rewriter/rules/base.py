@@ -70,7 +70,7 @@ The parts
   outputs and downstream names survive). New nodes are named ``<root>/<rule>/<suffix>`` and carry
   the attribute ``_rewriter_rule = <rule name>`` (provenance, :data:`RULE_ATTR`).
 * **int8.** Replacements should survive full-int8 conversion (check with
-  :func:`rewriter.rules.testing.int8_tflite`). Two traps measured: the converter leaves some ops
+  :func:`rewriter.testing.int8_tflite`). Two traps measured: the converter leaves some ops
   in float (ELU, NEG: ``DEQUANTIZE -> op -> QUANTIZE``), and MINIMUM/MAXIMUM share one
   quantization scale between input and output, so ``Minimum(x, 0)`` on a tensor ``x`` that
   other ops also read clips x to [lo, 0] for all of them (int8 ELU error 1.0); write
@@ -80,7 +80,7 @@ The parts
   ``bound = Bound(max_abs_error, (lo, hi))``: the largest |new - old| over inputs in [lo, hi]
   (measured in float64 over a dense grid, stated in the docstring, enforced by the test).
   A rule fitted to the data (:mod:`rewriter.rules._unary`: a function fitted on the range its
-  input takes on the calibration samples, :func:`rewriter.ranges.observed_range`) sets
+  input takes on the calibration samples, :func:`rewriter.ir.ranges.observed_range`) sets
   ``Match.bound`` in its check: each application then states its own bound and range.
 * **fixes / emits / family.** The planner picks a rule for an op the target lacks when the op is
   in ``fixes`` and every op in ``emits`` is supported by the target: per ``family`` (rules that
@@ -107,11 +107,11 @@ Helpers for patterns (all O(pattern size), never a graph scan)
 Testing a rule (``tests/rules/test_<rule>.py``)
 -----------------------------------------------
 
-Use :mod:`rewriter.rules.testing`: build a tiny model with :func:`~rewriter.rules.testing.
+Use :mod:`rewriter.testing`: build a tiny model with :func:`~rewriter.testing.
 model_from_function` (a ``tf.function`` frozen to a GraphDef), apply with
-:func:`~rewriter.rules.testing.apply_rules`, and assert three things: (1) it fires (op types
+:func:`~rewriter.testing.apply_rules`, and assert three things: (1) it fires (op types
 after, ``op_types(model)``), (2) a case where it must not fire with its reason
-(``result.rejected``), (3) the numbers: :func:`~rewriter.rules.testing.assert_close_rel` at 1e-5
+(``result.rejected``), (3) the numbers: :func:`~rewriter.testing.assert_close_rel` at 1e-5
 for exact rules over dense samples of the domain, or max abs error <= ``rule.bound.max_abs_error``
 over ``rule.bound.input_range``. ``tests/rules/test_elu_exact.py`` is the worked example.
 """
@@ -124,17 +124,23 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from rewriter.graph import (
+from rewriter.ir.graph import (
     GraphIndex,
     NodeDef,
-    data_inputs,
     make_const,
     make_node,
-    node_dtype,
     parse_input,
     tf_dtype,
 )
-from rewriter.static_eval import _norm_ref, static_value, tensor_shape
+from rewriter.ir.patterns import (
+    ADD_OPS,
+    COMMUTATIVE_OPS,
+    commuted,
+    const_operand,
+    dtype_of,
+    producer_op,
+)
+from rewriter.ir.static_eval import _norm_ref, static_value, tensor_shape
 
 __all__ = ["ADD_OPS", "COMMUTATIVE_OPS", "RULE_ATTR", "Applied", "Bound", "Builder", "Match",
            "Reject", "Rule", "commuted", "const_operand", "dtype_of",
@@ -143,10 +149,6 @@ __all__ = ["ADD_OPS", "COMMUTATIVE_OPS", "RULE_ATTR", "Applied", "Bound", "Build
 #: Node attribute that records which rule created a node (provenance).
 RULE_ATTR = "_rewriter_rule"
 
-#: Commutative binary ops whose two inputs may appear in either order.
-COMMUTATIVE_OPS = frozenset({"Mul", "Add", "AddV2", "Maximum", "Minimum", "SquaredDifference"})
-#: The two spellings of addition in TF graphs; match both.
-ADD_OPS = frozenset({"Add", "AddV2"})
 
 
 @dataclass(frozen=True)
@@ -306,7 +308,7 @@ class Rule:
     #: when the converter fuses it (e.g. Square/Sum/Maximum/Rsqrt/Mul -> L2_NORMALIZATION). For
     #: a target of that kind the planner checks these ops instead of ``emits``.
     fused: ClassVar[dict[str, frozenset[str]]] = {}
-    #: True when the rule reads the observed range of its input (``rewriter.ranges``): the pass
+    #: True when the rule reads the observed range of its input (``rewriter.ir.ranges``): the pass
     #: manager then measures the inputs of its anchors on the calibration samples.
     needs_range: ClassVar[bool] = False
     #: True for generic rules (any elementwise function): they rewrite only the nodes the plan
@@ -448,40 +450,6 @@ def _outputs_cover_reads(g: GraphIndex, m: Match, inside: set[str]) -> Reject | 
                 if src == node.name and not ctrl and f"{src}:{idx}" not in allowed:
                     return Reject(f"{node.op} {node.name} output {idx} is also read by "
                                   f"{user.name}, outside the pattern", node.name)
-    return None
-
-
-# --------------------------------------------------------------------- helpers for patterns
-def dtype_of(node: NodeDef) -> np.dtype | None:
-    """The element dtype the node computes in (attr ``T``/``dtype``), or None."""
-    return node_dtype(node)
-
-
-def producer_op(g: GraphIndex, ref: str, ops: str | Iterable[str]) -> NodeDef | None:
-    """The producer of ``ref`` when its op is one of ``ops`` (a data edge, output 0), else None."""
-    ops = {ops} if isinstance(ops, str) else set(ops)
-    name, idx, ctrl = parse_input(ref)
-    node = g.nodes.get(name)
-    if node is None or ctrl or idx != 0 or node.op not in ops:
-        return None
-    return node
-
-
-def commuted(node: NodeDef) -> list[tuple[str, str]]:
-    """The (a, b) input orders to try for a binary node: both orders when it is commutative."""
-    ins = data_inputs(node)
-    if len(ins) != 2:
-        return []
-    a, b = ins
-    return [(a, b), (b, a)] if node.op in COMMUTATIVE_OPS else [(a, b)]
-
-
-def const_operand(g: GraphIndex, node: NodeDef) -> tuple[str, np.ndarray] | None:
-    """For a binary node with exactly one constant input: (the other input, the constant)."""
-    for a, c in commuted(node):
-        val = g.const_value(c)
-        if val is not None and g.const_value(a) is None:
-            return a, val
     return None
 
 

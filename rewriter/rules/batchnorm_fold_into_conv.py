@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef, parse_input
+from rewriter.ir.graph import GraphIndex, NodeDef, parse_input
 from rewriter.rules._batchnorm import (
     BN_ANCHORS,
     BN_FIXES,

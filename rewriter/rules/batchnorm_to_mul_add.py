@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef
+from rewriter.ir.graph import GraphIndex, NodeDef
 from rewriter.rules._batchnorm import BN_ANCHORS, BN_FIXES, BatchNorm, match_batchnorm
 from rewriter.rules.base import Builder, Match, Reject, Rule
 

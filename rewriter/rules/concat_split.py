@@ -12,7 +12,7 @@ output scale as the single concatenation did (tests measure the int8 difference)
 
 from __future__ import annotations
 
-from rewriter.graph import GraphIndex, NodeDef
+from rewriter.ir.graph import GraphIndex, NodeDef
 from rewriter.rules.base import Builder, Match, Reject, Rule
 
 #: Inputs per concatenation after the rewrite (TFLite Micro's limit).

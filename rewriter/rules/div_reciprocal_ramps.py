@@ -22,8 +22,8 @@ import math
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef
-from rewriter.ranges import observed_range
+from rewriter.ir.graph import GraphIndex, NodeDef
+from rewriter.ir.ranges import observed_range
 from rewriter.rules._unary import (
     MARGIN,
     NOMINAL_BOUND,

@@ -19,7 +19,7 @@ elementwise op would otherwise be a candidate. Exact rules for the same ops come
 
 from __future__ import annotations
 
-from rewriter.graph import GraphIndex, NodeDef
+from rewriter.ir.graph import GraphIndex, NodeDef
 from rewriter.rules._region import ELEMENTWISE, RegionFunction, grow_region
 from rewriter.rules._unary import RampRule, UnaryFunction
 from rewriter.rules.base import Match, Reject, tensor_shape

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex
+from rewriter.ir.graph import GraphIndex
 from rewriter.rules._elu import EluRule
 from rewriter.rules.base import Builder, Match, Reject, dtype_of
 

@@ -16,7 +16,7 @@ erfc has the same absolute error. Stated as 1.5e-7 (the A&S bound).
 
 from __future__ import annotations
 
-from rewriter.graph import GraphIndex, NodeDef
+from rewriter.ir.graph import GraphIndex, NodeDef
 from rewriter.rules._activation import FloatRule, erf_tail, fconst
 from rewriter.rules.base import Bound, Builder, Match
 

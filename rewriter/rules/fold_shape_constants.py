@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef, node_dtype
+from rewriter.ir.graph import GraphIndex, NodeDef, node_dtype
 from rewriter.rules.base import Builder, Match, Reject, Rule, static_value
 
 #: Ops folded whatever their dtype (they move shapes around or fill constants).

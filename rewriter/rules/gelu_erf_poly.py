@@ -14,7 +14,7 @@ TFLite converter does not fuse the result back into GELU (checked by the test).
 
 from __future__ import annotations
 
-from rewriter.graph import GraphIndex
+from rewriter.ir.graph import GraphIndex
 from rewriter.rules._activation import (
     SQRT_HALF,
     GeluErfFormRule,

@@ -9,7 +9,7 @@ stated as 2.1e-2.
 
 from __future__ import annotations
 
-from rewriter.graph import GraphIndex
+from rewriter.ir.graph import GraphIndex
 from rewriter.rules._activation import GeluErfFormRule, fconst
 from rewriter.rules.base import Bound, Builder, Match
 

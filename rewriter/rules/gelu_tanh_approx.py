@@ -12,7 +12,7 @@ stated as 4.8e-4.
 
 from __future__ import annotations
 
-from rewriter.graph import GraphIndex
+from rewriter.ir.graph import GraphIndex
 from rewriter.rules._activation import (
     GELU_TANH_CUBIC,
     SQRT_2_OVER_PI,

@@ -9,7 +9,7 @@ MUL, ADD and LOGISTIC only, which the converter leaves alone (checked by the tes
 
 from __future__ import annotations
 
-from rewriter.graph import GraphIndex, NodeDef
+from rewriter.ir.graph import GraphIndex, NodeDef
 from rewriter.rules._activation import FloatRule, match_gelu
 from rewriter.rules.base import Builder, Match
 from rewriter.rules.gelu_tanh_approx import sigmoid_of_tanh_form

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphDef, GraphIndex, NodeDef, make_const, parse_input
+from rewriter.ir.graph import GraphDef, GraphIndex, NodeDef, make_const, parse_input
 from rewriter.rules.base import Builder, Match, Reject, Rule, static_value, tensor_shape
 
 #: The most inputs one emitted concat has (TFLite Micro's CONCATENATION limit, kMaxInputNum).

@@ -11,7 +11,7 @@ MINIMUM remain).
 
 from __future__ import annotations
 
-from rewriter.graph import GraphIndex, NodeDef
+from rewriter.ir.graph import GraphIndex, NodeDef
 from rewriter.rules._activation import (
     FloatRule,
     close,

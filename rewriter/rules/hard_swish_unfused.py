@@ -15,7 +15,7 @@ association of the product: Keras 3 ``Mul(x, RealDiv(Relu6(AddV2(x, 3)), 6))``, 
 
 from __future__ import annotations
 
-from rewriter.graph import GraphIndex, NodeDef
+from rewriter.ir.graph import GraphIndex, NodeDef
 from rewriter.rules._activation import FloatRule, close, fconst, flatten_product
 from rewriter.rules._activation import same_tensor as _same
 from rewriter.rules.base import RULE_ATTR, Builder, Match

@@ -8,7 +8,7 @@ converter leaves the Neg in float (DEQUANTIZE -> NEG -> QUANTIZE); every op here
 
 from __future__ import annotations
 
-from rewriter.graph import GraphIndex
+from rewriter.ir.graph import GraphIndex
 from rewriter.rules._layernorm import (
     LayerNormRule,
     reduce_mean_layernorm,

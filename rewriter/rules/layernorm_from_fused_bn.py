@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef
+from rewriter.ir.graph import GraphIndex, NodeDef
 from rewriter.rules._batchnorm import FUSED_OPS
 from rewriter.rules._layernorm import LayerNorm, reduce_mean_layernorm
 from rewriter.rules.base import Builder, Match, Reject, Rule, dtype_of, static_value, tensor_shape

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex
+from rewriter.ir.graph import GraphIndex
 from rewriter.rules._layernorm import (
     LN_FIXES,
     LayerNormRule,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex
+from rewriter.ir.graph import GraphIndex
 from rewriter.rules.base import Builder, Match, Reject, tensor_shape
 from rewriter.rules.layernorm_from_fused_bn import LayerNormFromFusedBatchNorm
 from rewriter.rules.layernorm_l2norm import L2_EPS, LayerNormL2Norm, l2norm_layernorm

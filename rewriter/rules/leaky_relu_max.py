@@ -8,7 +8,7 @@ google-coral/edgetpu#597); the converter keeps them as MAXIMUM + MUL (float and 
 
 from __future__ import annotations
 
-from rewriter.graph import GraphIndex, NodeDef
+from rewriter.ir.graph import GraphIndex, NodeDef
 from rewriter.rules._activation import fconst, float_dtype_reason
 from rewriter.rules.base import Builder, Match, Reject, Rule
 

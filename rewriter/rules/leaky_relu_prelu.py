@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex
+from rewriter.ir.graph import GraphIndex
 from rewriter.rules._activation import float_dtype_reason, static_rank
 from rewriter.rules.base import Builder, Match, Reject
 from rewriter.rules.leaky_relu_max import LeakyReluRule

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef
+from rewriter.ir.graph import GraphIndex, NodeDef
 from rewriter.rules._activation import FloatRule, fconst
 from rewriter.rules._unary import unary_node
 from rewriter.rules.base import Builder, Match

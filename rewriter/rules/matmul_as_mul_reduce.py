@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef
+from rewriter.ir.graph import GraphIndex, NodeDef
 from rewriter.rules.base import Builder, Match, Reject, Rule, dtype_of, tensor_shape
 
 BATCH_MATMUL_OPS = frozenset({"BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"})

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef
+from rewriter.ir.graph import GraphIndex, NodeDef
 from rewriter.rules.base import Builder, Match, Reject, Rule, dtype_of, tensor_shape
 
 #: Longest strip on a non-last axis reversed by one-element slices (longer: Transpose + conv).

@@ -9,7 +9,7 @@ TFLite Micro int8 have them, not DIV). Matches the Keras 3 / tf_keras frozen for
 
 from __future__ import annotations
 
-from rewriter.graph import GraphIndex, NodeDef
+from rewriter.ir.graph import GraphIndex, NodeDef
 from rewriter.rules._activation import (
     FloatRule,
     fconst,

@@ -9,7 +9,7 @@ one: measured, no MUL is left after ``conv * -1``).
 
 from __future__ import annotations
 
-from rewriter.graph import GraphIndex
+from rewriter.ir.graph import GraphIndex
 from rewriter.rules._activation import UnaryFloatRule, fconst
 from rewriter.rules.base import Builder, Match
 

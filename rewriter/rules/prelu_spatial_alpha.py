@@ -23,34 +23,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef
-from rewriter.rules._activation import float_dtype_reason, same_tensor, static_rank
-from rewriter.rules.base import Builder, Match, Reject, Rule, commuted, producer_op, static_value
+from rewriter.ir.graph import GraphIndex, NodeDef
+from rewriter.ir.patterns import find_prelu
+from rewriter.rules._activation import float_dtype_reason, static_rank
+from rewriter.rules.base import Builder, Match, Reject, Rule
 
 
 def match_prelu(g: GraphIndex, node: NodeDef) -> Match | None:
     """``Add(Relu(x), Mul(c, Relu(Neg(x))))`` with a constant ``c`` (= -alpha), either order."""
-    for pos_ref, neg_ref in commuted(node):
-        pos = producer_op(g, pos_ref, "Relu")
-        mul = producer_op(g, neg_ref, "Mul")
-        if pos is None or mul is None:
-            continue
-        for relu_ref, c_ref in commuted(mul):
-            found = static_value(g, c_ref)
-            c = None if found is None else found[0]
-            relu = producer_op(g, relu_ref, "Relu")
-            neg = relu is not None and producer_op(g, relu.input[0], "Neg")
-            if c is None or not neg or not same_tensor(neg.input[0], pos.input[0]):
-                continue
-            return Match(root=node, nodes=[node, pos, mul, relu, neg, *_neg_of_const(g, c_ref)],
-                         inputs={"x": pos.input[0]}, extra={"neg_alpha": np.asarray(c), "alpha_ref": c_ref})
-    return None
-
-
-def _neg_of_const(g: GraphIndex, ref: str) -> list[NodeDef]:
-    """Keras's ``Neg(alpha)``: part of the pattern (the rewrite replaces it) when alone."""
-    neg = producer_op(g, ref, "Neg")
-    return [neg] if neg is not None and len(g.consumers(neg.name)) == 1 else []
+    p = find_prelu(g, node)
+    if p is None:
+        return None
+    return Match(root=node, nodes=p.nodes, inputs={"x": p.x},
+                 extra={"neg_alpha": p.neg_alpha, "alpha_ref": p.alpha_ref})
 
 
 class PreluSpatialAlpha(Rule):

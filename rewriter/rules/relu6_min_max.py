@@ -7,7 +7,7 @@ a no-op after conversion; it exists for the ONNX-side and GraphDef-side targets.
 
 from __future__ import annotations
 
-from rewriter.graph import GraphIndex
+from rewriter.ir.graph import GraphIndex
 from rewriter.rules._activation import UnaryFloatRule, fconst
 from rewriter.rules.base import Builder, Match
 

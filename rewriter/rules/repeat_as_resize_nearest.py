@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef
+from rewriter.ir.graph import GraphIndex, NodeDef
 from rewriter.rules._activation import float_dtype_reason, single_consumer
 from rewriter.rules.base import (
     Builder,

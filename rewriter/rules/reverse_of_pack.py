@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef, parse_input
+from rewriter.ir.graph import GraphIndex, NodeDef, parse_input
 from rewriter.rules.base import Builder, Match, Reject, Rule, static_value, tensor_shape
 
 _THROUGH = frozenset({"Identity", "Snapshot", "Transpose"})

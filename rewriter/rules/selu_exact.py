@@ -10,7 +10,7 @@ positive half relu(x) reads (measured before: int8 cosine 0.81 in a conv/SELU ne
 
 from __future__ import annotations
 
-from rewriter.graph import GraphIndex
+from rewriter.ir.graph import GraphIndex
 from rewriter.rules._activation import UnaryFloatRule, fconst
 from rewriter.rules.base import Builder, Match
 

@@ -27,8 +27,8 @@ import math
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef, data_inputs
-from rewriter.ranges import observed_range
+from rewriter.ir.graph import GraphIndex, NodeDef, data_inputs
+from rewriter.ir.ranges import observed_range
 from rewriter.rules._unary import MARGIN  # the calibration range's widening, as for the fits
 from rewriter.rules.base import (
     Builder,

@@ -17,8 +17,8 @@ import math
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef
-from rewriter.ranges import sample_values
+from rewriter.ir.graph import GraphIndex, NodeDef
+from rewriter.ir.ranges import sample_values
 from rewriter.rules._activation import FloatRule
 from rewriter.rules._reduce import channel_mean
 from rewriter.rules._unary import (

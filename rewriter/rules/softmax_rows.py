@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef
+from rewriter.ir.graph import GraphIndex, NodeDef
 from rewriter.rules.base import Builder, Match, Reject, Rule, dtype_of, tensor_shape
 
 #: The Edge TPU's documented SOFTMAX limit (elements of its 1-D input).

@@ -8,7 +8,7 @@ is ``|x| * -1`` rather than NEG, which full-int8 conversion leaves in float.
 
 from __future__ import annotations
 
-from rewriter.graph import GraphIndex
+from rewriter.ir.graph import GraphIndex
 from rewriter.rules._activation import UnaryFloatRule, fconst
 from rewriter.rules.base import Builder, Match
 

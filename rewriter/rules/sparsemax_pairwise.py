@@ -27,8 +27,8 @@ import math
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef, parse_input
-from rewriter.ranges import sample_values
+from rewriter.ir.graph import GraphIndex, NodeDef, parse_input
+from rewriter.ir.ranges import sample_values
 from rewriter.rules._activation import FloatRule, same_tensor, scalar_const
 from rewriter.rules._unary import (
     RAMP_OPS,

@@ -10,7 +10,7 @@ lack) agrees with the file the converter writes.
 
 from __future__ import annotations
 
-from rewriter.graph import GraphIndex, NodeDef
+from rewriter.ir.graph import GraphIndex, NodeDef
 from rewriter.rules._activation import UnaryFloatRule, scalar_const
 from rewriter.rules.base import ADD_OPS, Builder, Match, Reject
 

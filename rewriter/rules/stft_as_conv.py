@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef
+from rewriter.ir.graph import GraphIndex, NodeDef
 from rewriter.rules._activation import scalar_const
 from rewriter.rules._signal import build_frame_conv, dft_kernels, find_framing
 from rewriter.rules.base import Builder, Match, Reject, Rule, commuted, static_value, tensor_shape

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef, data_inputs
+from rewriter.ir.graph import GraphIndex, NodeDef, data_inputs
 from rewriter.rules._activation import (
     fconst,
     linear_of,

@@ -26,8 +26,8 @@ unrolled form runs on all three int8 targets with no CPU operator.
 
 from __future__ import annotations
 
-from rewriter.graph import GraphIndex, NodeDef, parse_input, tensor_ref
-from rewriter.loops import FUNCTIONAL_LOOP_OPS, LOOP_OPS, Loop, loop_at
+from rewriter.ir.graph import GraphIndex, NodeDef, parse_input, tensor_ref
+from rewriter.ir.loops import FUNCTIONAL_LOOP_OPS, LOOP_OPS, Loop, loop_at
 from rewriter.rules._lists import (
     LENGTH,
     LIST_OPS,

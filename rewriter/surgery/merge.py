@@ -4,7 +4,7 @@ Seed 002 asks whether the output of one graph can be the input of another and wh
 live in one graph "if you are careful with namespace", so gradients can flow through the whole
 thing. :func:`merge_models` does it on the frozen form: every node of FIRST is renamed under
 ``first/``, every node of SECOND under ``second/``, and SECOND's connected input placeholders are
-replaced by FIRST's output tensors. The result is one frozen :class:`~rewriter.model.Model`;
+replaced by FIRST's output tensors. The result is one frozen :class:`~rewriter.ir.model.Model`;
 ``rewrite unfreeze`` on it gives one trainable SavedModel whose gradients reach both parts.
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rewriter.errors import UserError
-from rewriter.graph import GraphDef, parse_input, tensor_ref
-from rewriter.model import Model, Source, TensorSpec
+from rewriter.ir.graph import GraphDef, parse_input, tensor_ref
+from rewriter.ir.model import Model, Source, TensorSpec
 
 
 @dataclass(frozen=True)

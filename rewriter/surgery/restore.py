@@ -15,7 +15,7 @@ format, with nothing beside it:
 
 When nothing restores (no source variable matches a target variable) nothing is written unless
 ``allow_empty``. Restored values are read back from the written files and compared byte for
-byte. (The ``restore`` command stages OUT and swaps it in; see :mod:`rewriter.fsutil`.)
+byte. (The ``restore`` command stages OUT and swaps it in; see :mod:`rewriter.host.fs`.)
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from rewriter.errors import UserError, first_line
-from rewriter.fsutil import apply_umask, atomic_write_text, file_mode
+from rewriter.host.fs import apply_umask, atomic_write_text, file_mode
 from rewriter.surgery.checkpoints import (
     _checkpoint_prefix,
     _open_reader,

@@ -28,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from rewriter.errors import UserError
-from rewriter.graph import GraphIndex, NodeDef, const_to_array
+from rewriter.ir.graph import GraphIndex, NodeDef, const_to_array
 
 #: op -> input positions that hold weights (kernel, bias, scale/offset/mean/variance)
 WEIGHT_INPUTS: dict[str, tuple[int, ...]] = {
@@ -292,7 +292,7 @@ def _pruned(model: Any) -> Any:
 def _dynamic_batch_specs(model: Any) -> list[Any]:
     """Input specs whose first dimension stays unknown when the frozen graph left it so."""
     from rewriter.frontends.graphdef import read_graphdef
-    from rewriter.model import TensorSpec
+    from rewriter.ir.model import TensorSpec
 
     text = model.source.format == "graphdef_text"
     original = {n.name: n for n in read_graphdef(model.source.path, text=text).node}

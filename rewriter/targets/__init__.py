@@ -18,9 +18,9 @@ Modules, each importing only those above it: ``constraints`` (kinds) -> ``verdic
 from __future__ import annotations
 
 from rewriter.defaults import QUANTIZE_MODES
-from rewriter.opfacts import OpFacts, Shape
 from rewriter.targets.constraints import KINDS, Constraint, Kind
 from rewriter.targets.docs import docs_files, render_markdown
+from rewriter.targets.opfacts import OpFacts, Shape
 from rewriter.targets.predict import L2_FUSION_EPS_BELOW, graph_facts
 from rewriter.targets.registry import (
     list_targets,

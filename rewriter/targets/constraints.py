@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rewriter.opfacts import OpFacts, Shape
+from rewriter.targets.opfacts import OpFacts, Shape
 
 
 def _wxh(pair: tuple[int, int]) -> str:

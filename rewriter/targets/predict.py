@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from rewriter.opfacts import OpFacts, Shape, TensorFacts
+from rewriter.targets.opfacts import OpFacts, Shape, TensorFacts
 from rewriter.targets.tables import lowering
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rewriter.model import Model
+    from rewriter.ir.model import Model
 
 
 class LoweringTarget(Protocol):
@@ -39,9 +39,9 @@ def graph_facts(model: Model, target: LoweringTarget, quantize: str) -> list[OpF
     Nodes the converter removes (constant subgraphs, bias/batch-norm/activation folded into the
     preceding conv) get one fact with ``op == ""`` and a note saying why.
     """
-    from rewriter.graph import GraphIndex, data_inputs
-    from rewriter.loops import loop_members
-    from rewriter.model import PLUMBING_OPS
+    from rewriter.ir.graph import GraphIndex, data_inputs
+    from rewriter.ir.loops import loop_members
+    from rewriter.ir.model import PLUMBING_OPS
 
     index = GraphIndex(model.graph_def)
     shapes = _infer_shapes(model)
@@ -124,7 +124,7 @@ def _quantizer_blocked(index: Any, node: Any) -> str | None:
     quantizer survives (:data:`rewriter.defaults.QUANTIZER_MAX_ABS`; an attention mask's
     value)."""
     from rewriter.defaults import QUANTIZER_MAX_ABS as MAX_ABS
-    from rewriter.graph import data_inputs
+    from rewriter.ir.graph import data_inputs
 
     for ref in data_inputs(node)[1:]:
         value = index.const_value(ref)
@@ -139,7 +139,7 @@ def _quantizer_blocked(index: Any, node: Any) -> str | None:
 def _select_v1(node: Any, consts: set[str], shapes: dict[str, Shape]) -> bool:
     """Whether the converter emits SELECT (not SELECT_V2) for this SelectV2: seen with TF 2.21
     when no operand is constant and all three have the same static shape."""
-    from rewriter.graph import parse_input
+    from rewriter.ir.graph import parse_input
 
     data = [r for r in node.input if not r.startswith("^")]
     if len(data) != 3 or any(parse_input(r)[0] in consts for r in data):
@@ -162,7 +162,7 @@ def _batch_norm_lowering(node: Any) -> list[str]:
 
 
 def _const_input(node: Any, consts: set[str], i: int) -> bool:
-    from rewriter.graph import data_inputs, parse_input
+    from rewriter.ir.graph import data_inputs, parse_input
 
     data = data_inputs(node)
     return len(data) > i and parse_input(data[i])[0] in consts
@@ -171,7 +171,7 @@ def _const_input(node: Any, consts: set[str], i: int) -> bool:
 def _converter_fusions(index: Any, consts: set[str]) -> dict[str, tuple[str, str]]:
     """Patterns the TFLite converter fuses into one op: node -> (op, "") for the fused op, and
     node -> ("", note) for the nodes it absorbs. Today: hard swish, x * relu6(x + 3) / 6."""
-    from rewriter.graph import data_inputs, parse_input
+    from rewriter.ir.graph import data_inputs, parse_input
 
     out: dict[str, tuple[str, str]] = {}
 
@@ -241,13 +241,13 @@ def _prelu_fusions(index: Any, shapes: dict[str, Shape], out: dict[str, tuple[st
     """Keras PReLU, ``relu(x) + (-alpha) * relu(-x)`` with alpha of rank(x) - 1: the converter
     emits one PRELU (TF 2.21; a scalar or full-rank alpha stays RELU/NEG/MUL/ADD). Marks the
     fusion in ``out`` and returns {head: (x, alpha)} for the PRELU's operand facts."""
-    from rewriter.rules.prelu_spatial_alpha import match_prelu
+    from rewriter.ir.patterns import find_prelu
 
     found: dict[str, tuple[str, str]] = {}
     for node in list(index):
-        m = match_prelu(index, node) if node.op in ("AddV2", "Add") else None
-        x_shape = m and shapes.get(_tensor_name(m.inputs["x"]))
-        if not m or x_shape is None or m.extra["neg_alpha"].ndim != len(x_shape) - 1:
+        m = find_prelu(index, node) if node.op in ("AddV2", "Add") else None
+        x_shape = m and shapes.get(_tensor_name(m.x))
+        if not m or x_shape is None or m.neg_alpha.ndim != len(x_shape) - 1:
             continue
         if any(len(index.consumers(n.name)) != 1 for n in m.nodes[1:]):
             continue
@@ -255,7 +255,7 @@ def _prelu_fusions(index: Any, shapes: dict[str, Shape], out: dict[str, tuple[st
         out[node.name] = ("PRELU", "")
         for n in m.nodes[1:]:
             out[n.name] = ("", note)
-        found[node.name] = (m.inputs["x"], m.extra["alpha_ref"])
+        found[node.name] = (m.x, m.alpha_ref)
     return found
 
 
@@ -268,7 +268,7 @@ def _l2norm_fusions(index: Any, consts: set[str], shapes: dict[str, Shape]
                     ) -> dict[str, tuple[str, str]]:
     """``tf.math.l2_normalize`` over the last axis, ``x * rsqrt(max(sum(x^2, -1, keepdims),
     eps))`` (the max optional): the converter emits one L2_NORMALIZATION at the Mul."""
-    from rewriter.graph import data_inputs, parse_input
+    from rewriter.ir.graph import data_inputs, parse_input
 
     out: dict[str, tuple[str, str]] = {}
 
@@ -314,7 +314,7 @@ def _last_axis_only(index: Any, reduce: Any, shape: Shape | None) -> bool:
 
 
 def _small_const(index: Any, node: Any) -> bool:
-    from rewriter.graph import data_inputs
+    from rewriter.ir.graph import data_inputs
 
     vals = [index.const_value(r) for r in data_inputs(node)]
     eps = [v for v in vals if v is not None]
@@ -324,7 +324,7 @@ def _small_const(index: Any, node: Any) -> bool:
 
 def _call_lowering(index: Any, node: Any, target: LoweringTarget) -> list[str] | None:
     """Ops emitted for a function call node (the converter inlines the function body)."""
-    from rewriter.model import PLUMBING_OPS
+    from rewriter.ir.model import PLUMBING_OPS
 
     name = node.attr["f"].func.name
     fn = next((f for f in index.library.function if f.signature.name == name), None)
@@ -345,11 +345,11 @@ def _infer_shapes(model: Model) -> dict[str, Shape]:
     """Static shapes of every tensor (``"node:i"``), with the signature's input shapes.
 
     TensorFlow infers them from a copy of the graph whose weights are placeholders of their
-    shape (:func:`rewriter.model.shape_only`): no value of a float weight decides a shape, and
+    shape (:func:`rewriter.ir.model.shape_only`): no value of a float weight decides a shape, and
     the weights are not copied twice more (the copy, TensorFlow's graph)."""
     import tensorflow as tf
 
-    from rewriter.model import shape_only
+    from rewriter.ir.model import shape_only
 
     gd = shape_only(model.graph_def)
     by_node = {spec.node: spec for spec in model.inputs}
@@ -373,7 +373,7 @@ def _infer_shapes(model: Model) -> dict[str, Shape]:
 
 def _constant_nodes(index: Any) -> set[str]:
     """Nodes whose value is a constant: the converter folds them away."""
-    from rewriter.graph import data_inputs, parse_input
+    from rewriter.ir.graph import data_inputs, parse_input
 
     consts: set[str] = set()
     for node in index.topological_order():
@@ -388,7 +388,7 @@ def _constant_nodes(index: Any) -> set[str]:
 
 def _folded_into_producer(index: Any, consts: set[str]) -> dict[str, str]:
     """Nodes the TFLite converter folds into a preceding conv/matmul: node -> that producer."""
-    from rewriter.graph import data_inputs, parse_input
+    from rewriter.ir.graph import data_inputs, parse_input
 
     low = lowering()["tflite_int8"]
     foldable, producers = set(low["fold_into_producer"]), set(low["producers"])
@@ -419,7 +419,7 @@ def _folded_into_producer(index: Any, consts: set[str]) -> dict[str, str]:
 
 
 def _node_facts(index: Any, node: Any, shapes: dict[str, Shape], consts: set[str]) -> OpFacts:
-    from rewriter.graph import data_inputs, node_dtype, parse_input
+    from rewriter.ir.graph import data_inputs, node_dtype, parse_input
 
     data = data_inputs(node)
     in_shape = shapes.get(_tensor_name(data[0])) if data else None

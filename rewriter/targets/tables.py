@@ -17,7 +17,7 @@ from typing import Any
 
 from rewriter.defaults import QUANTIZE_MODES
 from rewriter.errors import UserError
-from rewriter.resources import op_tables_dir
+from rewriter.host.resources import op_tables_dir
 from rewriter.targets.constraints import _INT, KINDS, Constraint
 
 if sys.version_info >= (3, 11):

@@ -15,10 +15,10 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from rewriter.graph import GraphIndex, parse_input
+from rewriter.ir.graph import GraphIndex, parse_input
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rewriter.model import Model
+    from rewriter.ir.model import Model
     from rewriter.targets.verdicts import GraphCheck
 
 #: TF ops that are post-processing (selection, sorting) rather than a network layer.

@@ -2,18 +2,18 @@
 
 :meth:`Target.check_graph` judges the ops the converter is predicted to emit for a TF graph
 (:mod:`rewriter.targets.predict`); :meth:`Target.check_artifact` judges the ops inside the
-exported file (:mod:`rewriter.artifact`), which decides.
+exported file (:mod:`rewriter.targets.artifact`), which decides.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rewriter.artifact import read_artifact
 from rewriter.defaults import DEFAULT_OPSET, QUANTIZE_MODES
 from rewriter.errors import UserError
-from rewriter.opfacts import OpFacts
+from rewriter.targets.artifact import read_artifact
 from rewriter.targets.constraints import Constraint
+from rewriter.targets.opfacts import OpFacts
 from rewriter.targets.predict import graph_facts, mark_float_island, tf_level_dtype
 from rewriter.targets.tables import (
     OpEntry,
@@ -26,7 +26,7 @@ from rewriter.targets.tables import (
 from rewriter.targets.verdicts import EDGE_REASON, GraphCheck, OpStatus, OpVerdict
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rewriter.model import Model
+    from rewriter.ir.model import Model
 
 #: The op name of a TF op that only Flex (SELECT_TF_OPS) could run.
 FLEX = "flex"

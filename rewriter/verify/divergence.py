@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef, node_dtype, parse_input
-from rewriter.loops import loop_nodes
-from rewriter.model import Model
+from rewriter.ir.graph import GraphIndex, NodeDef, node_dtype, parse_input
+from rewriter.ir.loops import loop_nodes
+from rewriter.ir.model import Model
 from rewriter.verify.tolerance import DEFAULT_POLICY, EXACT_RTOL, bound_of
 
 __all__ = ["Divergence", "NodeError", "first_divergence", "name_key", "rules_from_provenance"]

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, parse_input
-from rewriter.model import Model
+from rewriter.ir.graph import GraphIndex, parse_input
+from rewriter.ir.model import Model
 
 AFFINE_OPS = frozenset({"Mul", "Add", "AddV2", "Sub", "RealDiv", "Div", "BiasAdd", "Cast",
                         "Identity"})

@@ -48,9 +48,9 @@ from typing import Any
 
 import numpy as np
 
-from rewriter.graph import GraphIndex
-from rewriter.model import Model, WeightsFunction
-from rewriter.procmem import release
+from rewriter.host.procmem import release
+from rewriter.ir.graph import GraphIndex
+from rewriter.ir.model import Model, WeightsFunction
 from rewriter.verify.divergence import name_key
 from rewriter.verify.range_stats import FIXED_RANGE, STARVED, RangeStats, range_section
 from rewriter.verify.runners import RunnerError, TFLiteIO
@@ -134,7 +134,7 @@ class Int8Layers:
     seconds: float
 
     operators: int = 0  # operators in the file
-    #: the range diagnosis (:func:`rewriter.int8_range.diagnose`), set by the job
+    #: the range diagnosis (:func:`rewriter.tune.int8_range.diagnose`), set by the job
     range_report: dict[str, Any] | None = None
 
     def starved(self) -> list[OpError]:
@@ -363,7 +363,7 @@ class _Cut:
 
     def __init__(self, model: Model, cut_nodes: Sequence[str], inputs: Mapping[str, int],
                  matches: Mapping[int, str]) -> None:
-        from rewriter.graph import make_node
+        from rewriter.ir.graph import make_node
 
         g = GraphIndex(model.graph_def)
         shapes = _float_shapes(model)

@@ -1,8 +1,8 @@
 """Per-rule checking: an observer on the pass engine that compares outputs as rules apply.
 
-:func:`check_each_rule` runs the rules through the one :class:`~rewriter.passes.PassManager`
-(one :class:`~rewriter.passes.RulePass` per rule, in plan order, repeated until nothing changes,
-as :func:`rewriter.passes.apply_rules` does) with a :class:`RuleChecker` tracing it. With
+:func:`check_each_rule` runs the rules through the one :class:`~rewriter.rewrite.passes.PassManager`
+(one :class:`~rewriter.rewrite.passes.RulePass` per rule, in plan order, repeated until nothing changes,
+as :func:`rewriter.rewrite.passes.apply_rules` does) with a :class:`RuleChecker` tracing it. With
 ``granularity="rule"`` (default) the outputs are compared after each pass that changed the
 graph; when one fails, the same ``RulePass`` sweeps again from the graph before it with the
 checker comparing after every application, so the report names the rule *and* the node (root)
@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from rewriter.graph import GraphIndex
-from rewriter.model import Model
-from rewriter.passes import (
+from rewriter.ir.graph import GraphIndex
+from rewriter.ir.model import Model
+from rewriter.rewrite.passes import (
     DEFAULT_MAX_ITERATIONS,
     Pass,
     PassManager,

@@ -4,7 +4,7 @@ Measured by :func:`rewriter.verify.int8_layers.int8_layer_errors` on the verific
 for every quantised tensor of an int8 artifact (see that module's docstring): the share of its
 nonzero float values below one step (``below_step``), below one int16 step over the same range
 (``below_int16_step``), its median magnitude and its share of zeros; :func:`range_section` is the
-target-independent part of the report's ``int8_layers.range`` (:mod:`rewriter.int8_range` adds
+target-independent part of the report's ``int8_layers.range`` (:mod:`rewriter.tune.int8_range` adds
 the remedies).
 """
 
@@ -74,7 +74,7 @@ class RangeStats:
 
 def range_section(layers: Any) -> dict[str, Any]:
     """The target-independent part of the range diagnosis: the threshold, the starved tensors
-    and the one with the largest share below one step (:func:`rewriter.int8_range.diagnose`
+    and the one with the largest share below one step (:func:`rewriter.tune.int8_range.diagnose`
     adds the remedies)."""
     quantised = [x for x in layers.ops if x.below_step is not None and x.op not in FIXED_RANGE]
     worst = max(quantised, key=lambda x: x.below_step or 0.0, default=None)

@@ -9,7 +9,7 @@ runner takes and returns the same float values.
 Name matching (how feeds and outputs of one model meet another's): names are compared exactly,
 then normalised (lower case; ``serving_default_`` prefix, ``:0`` suffix and non-alphanumerics
 dropped). Names that are not valid signature keys were exported by position (``output_i``, see
-:func:`rewriter.model.signature_names`): name ``i`` maps to key ``i`` whatever order the file
+:func:`rewriter.ir.model.signature_names`): name ``i`` maps to key ``i`` whatever order the file
 lists its tensors in. When some name still differs and the counts agree, inputs/outputs are
 matched *by order*; :func:`match_names` says which rule it used. Files this project exports
 carry the Model's names (or their positional keys) in their signature (``.tflite``) or graph
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from rewriter.errors import UserError
-from rewriter.model import Model, TensorSpec, signature_names
+from rewriter.ir.model import Model, TensorSpec, signature_names
 
 _QUANT_KINDS = (np.int8, np.uint8, np.int16)
 

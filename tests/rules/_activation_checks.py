@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from rewriter.passes import RewriteResult, apply_rules
+from rewriter.rewrite.passes import RewriteResult, apply_rules
 from rewriter.rules.base import Rule
-from rewriter.rules.testing import model_from_function
+from rewriter.testing import model_from_function
 
 #: Input shape of the conversion models (NHWC, so PReLU's alpha has a channel axis).
 CONVERT_SHAPE = (1, 4, 4, 4)

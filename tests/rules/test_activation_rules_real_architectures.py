@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rewriter.passes import apply_rules
-from rewriter.rules.testing import max_rel_error, model_from_keras
+from rewriter.rewrite.passes import apply_rules
+from rewriter.testing import max_rel_error, model_from_keras
 
 pytestmark = pytest.mark.slow
 

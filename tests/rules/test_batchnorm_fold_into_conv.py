@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules.batchnorm_fold_into_conv import BatchNormFoldIntoConv
 from rewriter.rules.batchnorm_to_mul_add import BatchNormToMulAdd
-from rewriter.rules.testing import (
+from rewriter.testing import (
     assert_close_rel,
     model_from_function,
     model_from_keras,

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules.batchnorm_to_mul_add import BatchNormToMulAdd
-from rewriter.rules.testing import assert_close_rel, model_from_function, op_types
+from rewriter.testing import assert_close_rel, model_from_function, op_types
 
 RULE = BatchNormToMulAdd()
 RNG = np.random.default_rng(1)

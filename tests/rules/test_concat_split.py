@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules.concat_split import ConcatSplit
-from rewriter.rules.testing import model_from_function, op_types
+from rewriter.testing import model_from_function, op_types
 
 RULE = ConcatSplit()
 
@@ -48,7 +48,7 @@ def test_tflm_table_refuses_the_wide_concat_and_the_job_fixes_it(tmp_path):
     file then has no CONCATENATION wider than 10 and matches the unsplit int8 model's output
     (LiteRT) to within one int8 step of the output scale."""
     from rewriter.export.tflite import export_tflite
-    from rewriter.planner import plan_and_apply
+    from rewriter.rewrite.planner import plan_and_apply
     from rewriter.targets import load_target
     from rewriter.verify.runners import RunnerError, run_tflite
     from rewriter.verify.tflm import TflmRunner, tflm_available

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules import get_rule
-from rewriter.rules.testing import model_from_function, op_types
+from rewriter.testing import model_from_function, op_types
 
 RULE = get_rule("div_reciprocal_ramps")
 SHAPE = (1, 16, 8)

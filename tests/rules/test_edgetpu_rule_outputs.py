@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from rewriter.passes import apply_rules
-from rewriter.planner import _lacking
+from rewriter.rewrite.passes import apply_rules
+from rewriter.rewrite.planner import _lacking
 from rewriter.rules import all_rules, get_rule
-from rewriter.rules.testing import model_from_function, model_from_keras
 from rewriter.targets import load_target
+from rewriter.testing import model_from_function, model_from_keras
 from tests.rules.test_activation_emits import CASES as ACTIVATIONS
 
 TARGET = load_target("edgetpu")

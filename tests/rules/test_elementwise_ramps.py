@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules import get_rule
 from rewriter.rules._unary import JUMP_WIDTH, MARGIN
-from rewriter.rules.testing import dense_line, model_from_function, op_types
+from rewriter.testing import dense_line, model_from_function, op_types
 
 RULE = get_rule("elementwise_ramps")
 SHAPE = (1, 8, 8, 4)
@@ -130,7 +130,7 @@ def test_targeted_only_the_focus_nodes_are_rewritten():
 
 
 def test_int8_conversion_keeps_every_op_int8_and_the_error_near_one_output_step(tmp_path):
-    from rewriter.rules.testing import int8_tflite
+    from rewriter.testing import int8_tflite
 
     for fn in (tf.nn.selu, keras.activations.mish, keras.activations.sparse_plus):
         model, result = _rewrite(fn)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules.elu_exact import EluExact
-from rewriter.rules.testing import (
+from rewriter.testing import (
     assert_close_rel,
     dense_line,
     int8_tflite,
@@ -81,7 +81,7 @@ def test_decomposed_elu_quantizes_in_full_int8_where_elu_stays_float():
 def test_keras_elu_with_alpha_loses_its_select_and_matches():
     import keras
 
-    from rewriter.rules.testing import model_from_keras
+    from rewriter.testing import model_from_keras
 
     inp = keras.Input((64,), batch_size=1)
     model = model_from_keras(keras.Model(inp, keras.layers.ELU(alpha=0.3)(inp)))

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from rewriter.rules.erf_poly import ErfPoly
-from rewriter.rules.testing import dense_line, op_types
+from rewriter.testing import dense_line, op_types
 from tests.rules._activation_checks import max_abs, outputs, rewritten, tflite_ops
 
 RULE = ErfPoly()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules.fold_shape_constants import FoldShapeConstants
-from rewriter.rules.testing import model_from_function, op_types
+from rewriter.testing import model_from_function, op_types
 
 RULE = FoldShapeConstants()
 

@@ -7,7 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from rewriter.rules.gelu_erf_poly import GeluErfPoly
-from rewriter.rules.testing import dense_line, op_types
+from rewriter.testing import dense_line, op_types
 from tests.rules._activation_checks import max_abs, outputs, rewritten, tflite_ops
 
 RULE = GeluErfPoly()

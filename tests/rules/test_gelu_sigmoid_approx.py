@@ -7,7 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from rewriter.rules.gelu_sigmoid_approx import GeluSigmoidApprox
-from rewriter.rules.testing import op_types
+from rewriter.testing import op_types
 from tests.rules._activation_checks import max_abs, outputs, rewritten, tflite_ops
 
 RULE = GeluSigmoidApprox()

@@ -7,7 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from rewriter.rules.gelu_tanh_approx import GeluTanhApprox
-from rewriter.rules.testing import dense_line, op_types
+from rewriter.testing import dense_line, op_types
 from tests.rules._activation_checks import max_abs, outputs, rewritten, tflite_ops
 
 RULE = GeluTanhApprox()
@@ -67,7 +67,7 @@ def test_erf_form_without_the_rule_does_not_convert(tmp_path):
     import pytest
 
     from rewriter.export import ExportError
-    from rewriter.rules.testing import model_from_function
+    from rewriter.testing import model_from_function
 
     model = model_from_function(lambda x: 0.5 * x * (1.0 + tf.math.erf(x * 0.7)), [(1, 4)])
     with pytest.raises(ExportError, match="Erf"):

@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 
 from rewriter.rules.gelu_tanh_as_sigmoid import GeluTanhAsSigmoid
-from rewriter.rules.testing import assert_close_rel, dense_line, op_types
+from rewriter.testing import assert_close_rel, dense_line, op_types
 from tests.rules._activation_checks import outputs, rewritten, tflite_ops
 
 RULE = GeluTanhAsSigmoid()

@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rewriter.graph import GraphDef, make_const, make_node
-from rewriter.model import Model, Source, TensorSpec
-from rewriter.passes import apply_rules
+from rewriter.ir.graph import GraphDef, make_const, make_node
+from rewriter.ir.model import Model, Source, TensorSpec
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules.grouped_conv_split import GroupedConvSplit
-from rewriter.rules.testing import assert_close_rel, int8_tflite, op_types
+from rewriter.testing import assert_close_rel, int8_tflite, op_types
 
 RULE = GroupedConvSplit()
 
@@ -163,7 +163,7 @@ def test_regroup_puts_the_grouped_filter_back_exactly(cin, cout, groups):
     conv = next(n for n in gd.node if n.op == "Conv2D")
     assert conv.name == "conv"  # the original conv's name, the signature's output
     kernel = next(n for n in gd.node if n.name == conv.input[1])
-    from rewriter.graph import const_to_array
+    from rewriter.ir.graph import const_to_array
 
     assert np.array_equal(const_to_array(kernel), w)  # the same filter, bit for bit
     assert conv.input[0] == "x"
@@ -186,7 +186,7 @@ def test_regroup_leaves_a_split_whose_branch_is_read_elsewhere():
 def exported_for_ethos_u(tmp_path_factory):
     """The split grouped conv + multiply/add exported full int8 for ethos-u55-128 (the job's
     export stage), and the same graph exported with the table's grouped_conv switched off."""
-    from rewriter.stages import export_artifact
+    from rewriter.job.stages import export_artifact
     from rewriter.targets import load_target
 
     model, w, scale = _split_then_bn(16, 32, 4)
@@ -225,7 +225,7 @@ def test_ethos_u_artifact_keeps_the_grouped_conv_and_folds_what_follows(exported
 
 def test_vela_runs_the_grouped_file_no_slower_than_the_split_one(exported_for_ethos_u):
     pytest.importorskip("ethosu.vela")
-    from rewriter.vela import run_vela
+    from rewriter.targets.vela import run_vela
 
     *_, grouped, split = exported_for_ethos_u
     g = run_vela(grouped.path, "ethos-u55-128")

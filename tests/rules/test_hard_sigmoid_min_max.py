@@ -8,7 +8,7 @@ import tensorflow as tf
 import tf_keras
 
 from rewriter.rules.hard_sigmoid_min_max import HardSigmoidMinMax
-from rewriter.rules.testing import assert_close_rel, dense_line, op_types
+from rewriter.testing import assert_close_rel, dense_line, op_types
 from tests.rules._activation_checks import outputs, rewritten, tflite_ops
 
 RULE = HardSigmoidMinMax()

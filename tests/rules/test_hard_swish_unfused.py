@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 
 from rewriter.rules.hard_swish_unfused import HardSwishUnfused
-from rewriter.rules.testing import assert_close_rel, dense_line, op_types
+from rewriter.testing import assert_close_rel, dense_line, op_types
 from tests.rules._activation_checks import outputs, rewritten, tflite_ops
 
 RULE = HardSwishUnfused()
@@ -58,7 +58,7 @@ def test_tflite_float_and_int8_have_no_hard_swish(tmp_path):
 
 
 def test_edgetpu_plan_picks_it_for_the_mul_the_converter_would_fuse():
-    from rewriter.planner import plan
+    from rewriter.rewrite.planner import plan
     from rewriter.targets import load_target
 
     before, _ = rewritten(hard_swish, RULE)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import keras
 import numpy as np
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules.layernorm_conv_mean import LayerNormConvMean
-from rewriter.rules.testing import assert_close_rel, model_from_keras, op_types
+from rewriter.testing import assert_close_rel, model_from_keras, op_types
 
 RULE = LayerNormConvMean()
 RNG = np.random.default_rng(3)

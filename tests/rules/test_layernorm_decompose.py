@@ -6,9 +6,9 @@ import keras
 import numpy as np
 import pytest
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules.layernorm_decompose import LayerNormDecompose
-from rewriter.rules.testing import assert_close_rel, int8_tflite, model_from_keras, op_types
+from rewriter.testing import assert_close_rel, int8_tflite, model_from_keras, op_types
 
 RULE = LayerNormDecompose()
 RNG = np.random.default_rng(2)
@@ -48,7 +48,7 @@ def test_does_not_fire_when_the_centered_mean_is_used_elsewhere():
     out = keras.layers.LayerNormalization()(inp)
     model = model_from_keras(keras.Model(inp, out))
     # make the Neg read by an extra node outside the pattern
-    from rewriter.graph import GraphIndex, make_node
+    from rewriter.ir.graph import GraphIndex, make_node
     g = GraphIndex(model.graph_def)
     neg = next(n for n in g if n.op == "Neg")
     g.add(make_node("Relu", "extra_reader", [neg.name]))

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules.layernorm_from_fused_bn import LayerNormFromFusedBatchNorm
-from rewriter.rules.testing import assert_close_rel, model_from_keras, op_types
+from rewriter.testing import assert_close_rel, model_from_keras, op_types
 
 tf_keras = pytest.importorskip("tf_keras")
 RULE = LayerNormFromFusedBatchNorm()
@@ -43,14 +43,14 @@ def test_inference_batchnorm_is_not_taken_for_a_layernorm():
         return tf.raw_ops.FusedBatchNormV3(x=x, scale=c, offset=c, mean=c, variance=c,
                                            is_training=False)[0]
 
-    from rewriter.rules.testing import model_from_function
+    from rewriter.testing import model_from_function
     model = model_from_function(fn, [(1, 2, 2, 3)])
     result = apply_rules(model, [RULE])
     assert result.applied == [] and result.rejected == []
 
 
 def test_non_constant_scale_is_refused_with_reason():
-    from rewriter.rules.testing import model_from_function
+    from rewriter.testing import model_from_function
 
     def fn(x, scale):
         e = np.zeros(0, "f4")

@@ -7,9 +7,9 @@ import keras
 import numpy as np
 import pytest
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules.layernorm_l2norm import LayerNormL2Norm
-from rewriter.rules.testing import assert_close_rel, model_from_keras, op_types
+from rewriter.testing import assert_close_rel, model_from_keras, op_types
 
 RULE = LayerNormL2Norm()
 RNG = np.random.default_rng(5)
@@ -133,9 +133,9 @@ def test_full_int8_has_one_l2_normalization_within_every_edge_tpu_limit(tmp_path
     """The whole output in the exported file passes the Edge TPU table with every documented
     limitation: no constant concatenated (PAD then ADD), MEAN only over a depth % 4 == 0,
     no reshape that moves data (no warning either)."""
-    from rewriter.artifact import read_artifact
     from rewriter.export.tflite import export_tflite
     from rewriter.targets import load_target
+    from rewriter.targets.artifact import read_artifact
 
     model, _ = _ln(shape)
     rewritten = apply_rules(model, [RULE]).model

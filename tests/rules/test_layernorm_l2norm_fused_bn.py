@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules.layernorm_l2norm_fused_bn import LayerNormL2NormFromFusedBatchNorm
-from rewriter.rules.testing import assert_close_rel, model_from_keras, op_types
+from rewriter.testing import assert_close_rel, model_from_keras, op_types
 
 tf_keras = pytest.importorskip("tf_keras")
 RULE = LayerNormL2NormFromFusedBatchNorm()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from rewriter.rules.leaky_relu_prelu import LeakyReluPrelu
-from rewriter.rules.testing import assert_close_rel, dense_line, op_types
+from rewriter.testing import assert_close_rel, dense_line, op_types
 from tests.rules._activation_checks import outputs, rewritten, tflite_ops
 
 RULE = LeakyReluPrelu()

@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from rewriter.rules import get_rule
-from rewriter.rules.testing import assert_close_rel, int8_tflite, op_types
+from rewriter.testing import assert_close_rel, int8_tflite, op_types
 from tests.rules._activation_checks import rewritten
 
 RULE = get_rule("log_softmax_exact")

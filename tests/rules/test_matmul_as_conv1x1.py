@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules.matmul_as_conv1x1 import MatMulAsConv1x1
-from rewriter.rules.testing import (
+from rewriter.testing import (
     assert_close_rel,
     model_from_function,
     model_from_keras,
@@ -71,9 +71,9 @@ def test_leaves_a_single_row_and_activation_weights_alone():
 
 @pytest.mark.parametrize("shape", [(1, 4, 4, 8), (1, 16, 32)])
 def test_int8_file_has_conv_2d_within_every_edge_tpu_limit(tmp_path, shape):
-    from rewriter.artifact import read_artifact
     from rewriter.export.tflite import export_tflite
     from rewriter.targets import load_target
+    from rewriter.targets.artifact import read_artifact
 
     before = _dense(shape)
     target = load_target("edgetpu")

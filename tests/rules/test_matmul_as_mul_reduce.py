@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules.matmul_as_mul_reduce import MAX_SLICES, MatMulAsMulReduce
-from rewriter.rules.testing import assert_close_rel, model_from_function, op_types
+from rewriter.testing import assert_close_rel, model_from_function, op_types
 
 RULE = MatMulAsMulReduce()
 RNG = np.random.default_rng(3)
@@ -78,9 +78,9 @@ def test_refusals_say_why():
 
 
 def test_int8_attention_runs_within_every_edge_tpu_limit(tmp_path):
-    from rewriter.artifact import read_artifact
     from rewriter.export.tflite import export_tflite
     from rewriter.targets import load_target
+    from rewriter.targets.artifact import read_artifact
 
     def attention(q, k, v):
         p = tf.nn.softmax(tf.einsum("BTNH,BSNH->BNTS", q, k) * 0.5, axis=-1)

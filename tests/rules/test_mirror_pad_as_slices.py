@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules.mirror_pad_as_slices import MirrorPadAsSlices
-from rewriter.rules.testing import model_from_function, op_types
+from rewriter.testing import model_from_function, op_types
 
 RULE = MirrorPadAsSlices()
 
@@ -53,7 +53,7 @@ def test_mirror_pad_is_rewritten_and_equal_to_tf_pad(shape, paddings, mode):
 
 def _const(model, ref):
     """The value of Const ``ref`` (a StridedSlice's strides)."""
-    from rewriter.graph import GraphIndex
+    from rewriter.ir.graph import GraphIndex
 
     return np.asarray(GraphIndex(model.graph_def).const_value(ref))
 
@@ -86,7 +86,7 @@ def _int8_run(path, x):
 
 @pytest.mark.parametrize("shape, paddings, mode", [CASES[0], CASES[1], CASES[3]])
 def test_int8_file_passes_the_edge_tpu_table_within_one_step(shape, paddings, mode, tmp_path):
-    from rewriter.rules.testing import edgetpu_before_after
+    from rewriter.testing import edgetpu_before_after
 
     model = model_from_function(_pad(paddings, mode), [shape])
     rng = np.random.default_rng(0)

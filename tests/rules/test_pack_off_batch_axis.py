@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules.pack_off_batch_axis import PackOffBatchAxis
-from rewriter.rules.testing import model_from_function, op_types
+from rewriter.testing import model_from_function, op_types
 
 RULE = PackOffBatchAxis()
 

@@ -12,10 +12,10 @@ import keras
 import numpy as np
 import pytest
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules.prelu_spatial_alpha import PreluSpatialAlpha
-from rewriter.rules.testing import dense_line, model_from_keras, op_types
 from rewriter.targets import load_target
+from rewriter.testing import dense_line, model_from_keras, op_types
 from tests.rules._activation_checks import max_abs, outputs, tflite_ops
 
 RULE = PreluSpatialAlpha()
@@ -58,7 +58,7 @@ def test_does_not_fire_when_alpha_is_already_1d_and_says_why():
 
 
 def test_planner_leaves_it_where_the_target_runs_the_prelu():
-    from rewriter.planner import plan
+    from rewriter.rewrite.planner import plan
 
     model = _prelu(_spatial_alpha())
     for target in ("tflm", "ethos-u55-128"):

@@ -7,9 +7,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules.repeat_as_resize_nearest import RepeatAsResizeNearest
-from rewriter.rules.testing import int8_tflite, model_from_function, model_from_keras, op_types
+from rewriter.testing import int8_tflite, model_from_function, model_from_keras, op_types
 
 RULE = RepeatAsResizeNearest()
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules.reverse_of_pack import ReverseOfPack
-from rewriter.rules.testing import model_from_function, op_types
+from rewriter.testing import model_from_function, op_types
 
 RULE = ReverseOfPack()
 
@@ -46,7 +46,7 @@ def test_reverse_along_another_axis_is_not_matched():
 def test_unrolled_bidirectional_gru_sequences_lose_their_reverse():
     import keras
 
-    from rewriter.rules.testing import model_from_keras
+    from rewriter.testing import model_from_keras
 
     keras.utils.set_random_seed(0)
     inp = keras.Input((6, 4), batch_size=1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from rewriter.rules.selu_exact import SeluExact
-from rewriter.rules.testing import assert_close_rel, dense_line, op_types
+from rewriter.testing import assert_close_rel, dense_line, op_types
 from tests.rules._activation_checks import outputs, rewritten, tflite_ops
 
 RULE = SeluExact()
@@ -35,7 +35,7 @@ def test_tflite_float_has_no_select_or_greater(tmp_path):
 
 
 def test_int8_keeps_the_positive_half_no_shared_scale_clipping():
-    from rewriter.rules.testing import int8_tflite
+    from rewriter.testing import int8_tflite
 
     _, result = rewritten(tf.nn.selu, RULE)
     ops, rel = int8_tflite(result.model, -4.0, 4.0)

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules.softmax_mask_select import GAP, MARGIN, SoftmaxMaskSelect, mask_gap
-from rewriter.rules.testing import assert_close_rel, int8_tflite, model_from_function, op_types
+from rewriter.testing import assert_close_rel, int8_tflite, model_from_function, op_types
 
 RULE = SoftmaxMaskSelect()
 SHAPE = (1, 2, 8, 8)  # heads, queries, keys
@@ -107,7 +107,7 @@ def test_int8_keeps_the_scores_scale_where_minus_1e9_flattens_them():
 def causal_attention():
     import keras
 
-    from rewriter.rules.testing import model_from_keras
+    from rewriter.testing import model_from_keras
 
     x = keras.Input((8, 16), batch_size=1)
     h = keras.layers.MultiHeadAttention(2, 8, seed=0)(x, x, use_causal_mask=True)

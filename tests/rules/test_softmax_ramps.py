@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules import get_rule
-from rewriter.rules.testing import int8_tflite, model_from_function, op_types
+from rewriter.testing import int8_tflite, model_from_function, op_types
 
 RULE = get_rule("softmax_ramps")
 SHAPE = (1, 4, 4, 8)

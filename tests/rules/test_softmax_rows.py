@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules.softmax_rows import MAX_ROW, MAX_ROWS, SoftmaxRows
-from rewriter.rules.testing import assert_close_rel, model_from_function, op_types
+from rewriter.testing import assert_close_rel, model_from_function, op_types
 
 RULE = SoftmaxRows()
 RNG = np.random.default_rng(4)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules import get_rule
 from rewriter.rules.sparsemax_pairwise import sparsemax_pairwise, sparsemax_reference
-from rewriter.rules.testing import int8_tflite, model_from_function, op_types
+from rewriter.testing import int8_tflite, model_from_function, op_types
 
 RULE = get_rule("sparsemax_pairwise")
 SHAPE = (1, 4, 4, 8)

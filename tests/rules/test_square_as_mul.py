@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from rewriter.rules.square_as_mul import SquareAsMul
-from rewriter.rules.testing import assert_close_rel, dense_line, int8_tflite, op_types
+from rewriter.testing import assert_close_rel, dense_line, int8_tflite, op_types
 from tests.rules._activation_checks import outputs, rewritten
 
 RULE = SquareAsMul()

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules.stft_as_conv import StftAsConv
-from rewriter.rules.testing import assert_close_rel, int8_tflite, model_from_function, op_types
+from rewriter.testing import assert_close_rel, int8_tflite, model_from_function, op_types
 from tests.families import waveforms
 
 RULE = StftAsConv()

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules.sum_as_adds import MAX_TERMS, SumAsAdds
-from rewriter.rules.testing import assert_close_rel, model_from_function, op_types
+from rewriter.testing import assert_close_rel, model_from_function, op_types
 
 RULE = SumAsAdds()
 
@@ -59,7 +59,7 @@ def test_targeted_rule_leaves_sums_outside_the_focus():
 
 
 def test_int8_file_passes_the_edge_tpu_table(tmp_path):
-    from rewriter.rules.testing import edgetpu_before_after
+    from rewriter.testing import edgetpu_before_after
     from tests.rules.test_mirror_pad_as_slices import _int8_run
 
     shape = (1, 8, 16, 2)

@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 
 from rewriter.rules.swish_sigmoid import SwishSigmoid
-from rewriter.rules.testing import assert_close_rel, dense_line
+from rewriter.testing import assert_close_rel, dense_line
 from tests.rules._activation_checks import outputs, rewritten, tflite_ops
 
 RULE = SwishSigmoid()

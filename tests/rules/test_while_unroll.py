@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from rewriter.graph import GraphIndex
-from rewriter.loops import LOOP_OPS, find_loops
-from rewriter.passes import apply_rules
-from rewriter.rules.testing import assert_close_rel, int8_tflite, model_from_keras, op_types
+from rewriter.ir.graph import GraphIndex
+from rewriter.ir.loops import LOOP_OPS, find_loops
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules.while_unroll import WhileUnroll
+from rewriter.testing import assert_close_rel, int8_tflite, model_from_keras, op_types
 
 RULE = WhileUnroll()
 LIST_OPS = {"TensorListFromTensor", "TensorListReserve", "TensorListGetItem",
@@ -156,7 +156,7 @@ def test_unrolled_lstm_is_all_int8_after_full_integer_conversion():
 
 
 def test_data_dependent_trip_count_is_refused_with_the_reason():
-    from rewriter.rules.testing import model_from_function
+    from rewriter.testing import model_from_function
 
     def fn(x):
         n = tf.cast(tf.reduce_sum(tf.abs(x)), tf.int32)
@@ -172,7 +172,7 @@ def test_data_dependent_trip_count_is_refused_with_the_reason():
 
 
 def test_fixed_trip_count_loop_of_tf_while_loop_unrolls_exactly():
-    from rewriter.rules.testing import model_from_function
+    from rewriter.testing import model_from_function
 
     def fn(x):
         out = tf.while_loop(lambda i, acc: i < 7, lambda i, acc: (i + 1, tf.tanh(acc * 1.5 + x)),
@@ -187,7 +187,7 @@ def test_fixed_trip_count_loop_of_tf_while_loop_unrolls_exactly():
 
 
 def test_topological_order_follows_loops_but_still_names_a_real_cycle():
-    from rewriter.graph import GraphDef, make_node
+    from rewriter.ir.graph import GraphDef, make_node
 
     model = model_from_keras(_keras3("gru"))
     g = GraphIndex(model.graph_def)

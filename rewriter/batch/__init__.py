@@ -1,0 +1,1 @@
+"""``rewrite batch``: the manifest, the local process pool, and Ray."""

@@ -1,0 +1,1 @@
+"""The main job: its stages, their typed results, and the pipeline that runs them."""

@@ -1,0 +1,403 @@
+"""The whole job, as a library: load -> plan -> rewrite -> verify -> export -> check -> report.
+
+:func:`run_job` takes a loaded :class:`~rewriter.ir.model.Model` and a target, runs the stages of
+:mod:`rewriter.job.stages` in order and returns a :class:`JobResult` whose :class:`Job` holds every
+stage's typed result; ``report.json`` is built once, at the end, from them
+(:func:`rewriter.report.build.build_report`). It never prints; ``progress`` is a context-manager
+factory (the CLI passes ``ui.step``). One direction, no back and forth, except one retry: when
+the exported artifact still holds an op that a rule was meant to remove (the converter
+re-fused it, or left it in float), the next rule for that op is tried and the report says so.
+
+Tolerances come from :mod:`rewriter.verify.tolerance` (the ``equivalence`` section states the
+ones used).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rewriter.defaults import RECOVER_EPOCHS, VERIFY_SAMPLES
+from rewriter.ir.model import Model
+from rewriter.job.results import Attempt, Diagnostics, Job, Retry
+from rewriter.job.stages import (
+    ArtifactRun,
+    Bar,
+    JobData,
+    Progress,
+    Steps,
+    artifact_runtime,
+    deploy,
+    job_data,
+    no_progress,
+    run_artifact,
+)
+from rewriter.rewrite.passes import RewriteResult
+from rewriter.rewrite.planner import Plan
+from rewriter.targets import Target
+from rewriter.tune.int8_range import lines as range_lines
+from rewriter.tune.recover import Recovery
+from rewriter.verify.int8_layers import Int8Layers
+from rewriter.verify.metrics import Comparison
+
+
+@dataclass
+class JobOptions:
+    """What the user asked for beyond model and target."""
+
+    quantize: str | None = None  # None: the target's default
+    opset: int | None = None
+    exact_only: bool = False
+    calibration: str | None = None  # .npy/.npz/image dir for int8 calibration
+    inputs: str | None = None  # .npy/.npz/image dir for verification (default: calibration)
+    samples: int = VERIFY_SAMPLES  # verification samples
+    calibration_samples: int | None = None  # None: every sample given, up to CALIBRATION_CAP
+    int8_io: bool | None = None  # None: int8 I/O when the target is an int8 accelerator
+    input_ranges: dict[str, tuple[float, float]] = field(default_factory=dict)  # synthetic data
+    pixels: Any = None  # verify.data.PixelMap for image directories (--pixel-range/--pixel-norm)
+    run_vela: bool = True
+    check_each_rule: bool = False  # compare outputs after every rule (names a breaking rule)
+    divergence_samples: int = 2  # samples for the intermediate-tensor comparison
+    recover: bool = False  # fine-tune by distillation after export (rewriter.tune.recover)
+    qat: bool = False  # tf_keras: TFMOT quantization-aware training instead (rewriter.tune.qat)
+    epochs: int = RECOVER_EPOCHS
+    seed: int = 0
+
+
+@dataclass
+class JobResult:
+    job: Job
+    report: dict[str, Any]
+    exit_code: int
+    files: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Context:
+    """What every attempt shares: the original, the target, the data and its outputs."""
+
+    model: Model
+    target: Target
+    quantize: str
+    opts: JobOptions
+    outdir: Path
+    data: JobData
+    reference: dict[str, np.ndarray]
+    steps: Steps
+
+
+def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | None = None,
+            progress: Progress = no_progress, bar: Bar | None = None) -> JobResult:
+    """Run the whole job for ``model`` on ``target``, writing artifacts into ``outdir``;
+    ``bar(description, total)`` (a context giving ``advance(n, text)``) shows the epochs of
+    ``--recover``."""
+    from rewriter.report.build import build_report, write_reports
+    from rewriter.report.html import write_html
+
+    opts = options or JobOptions()
+    quantize = target.resolve_quantize(opts.quantize)
+    steps = Steps(progress)
+    with steps("check_before", "checking the model against the op table"):
+        before = target.check_graph(model, quantize)
+    data = job_data(model, quantize, opts.calibration, opts.inputs, opts.samples,
+                    opts.calibration_samples, opts.input_ranges, opts.pixels,
+                    hold_out=opts.recover or opts.qat)
+    with steps("run_original", "running the original model"):
+        reference = _run_all(model, data.samples)
+    _forget(model)
+    ctx = _Context(model, target, quantize, opts, outdir, data, reference, steps)
+    attempt = _attempt(ctx)
+    retry = plan_retry(attempt.plan, target, quantize, opts.exact_only,
+                       attempt.deployment.unsupported_ops())
+    if retry is not None:
+        # The second attempt's files replace the first's, so its results are the ones kept
+        # (the first failed too); the retry says what was tried and why.
+        attempt = _attempt(ctx, frozenset(retry.exclude))
+        retry.ok = attempt.ok
+    recovery = None
+    if (opts.recover or opts.qat) and attempt.deployment.exported.ok:
+        attempt, recovery = _recover(ctx, attempt, bar)
+    job = Job(model, target, quantize, before, data, attempt, retry, steps.timings, recovery)
+    report = build_report(job)
+    files = {"saved_model": attempt.saved_model}
+    if attempt.deployment.exported.ok:
+        files["artifact"] = str(attempt.deployment.exported.path)
+    files.update({p.name: str(p) for p in write_reports(outdir, report)})
+    files["report.html"] = str(write_html(outdir, report))
+    return JobResult(job, report, 0 if job.ok else 1, files)
+
+
+def _attempt(ctx: _Context, exclude: frozenset[str] = frozenset()) -> Attempt:
+    """Plan and rewrite (rules in ``exclude`` not used), verify in TF, export, check and run
+    the artifact."""
+    from rewriter.export.saved_model import export_saved_model
+    from rewriter.rewrite.planner import plan_and_apply
+    from rewriter.verify.histograms import error_histograms
+
+    steps, target = ctx.steps, ctx.target
+    with steps("rewrite", "planning and rewriting"):
+        the_plan, result = plan_and_apply(ctx.model, target, ctx.quantize, ctx.opts.exact_only,
+                                          exclude, data=ctx.data.calibration_samples
+                                          or ctx.data.samples)
+    rewritten = result.model
+    with steps("check_rewritten"):
+        graph_after = target.check_graph(rewritten, ctx.quantize)
+    with steps("verify_tf", "verifying the rewritten graph in TF"):
+        rewritten_out = _run_all(rewritten, ctx.data.samples)
+        tf_cmp = _compare_rewritten(ctx.reference, rewritten_out, result.applied,
+                                    len(ctx.data.samples))
+    warnings: list[str] = []
+    diagnostics = _diagnostics(ctx, the_plan, result, rewritten_out, warnings)
+    _forget(ctx.model, rewritten, keep=rewritten)
+    with steps("saved_model", "writing the rewritten SavedModel"):
+        saved_model = export_saved_model(rewritten, ctx.outdir / "saved_model").path
+    _forget(rewritten)  # hold no TF function over a graph while the converter runs
+    deployment = deploy(rewritten, target, ctx.quantize, ctx.outdir / f"model.{target.artifact}",
+                        steps, ctx.data.calibration_samples, ctx.opts.int8_io, ctx.opts.run_vela,
+                        ctx.outdir)
+    artifact = None
+    if deployment.exported.result is not None:
+        warnings.extend(deployment.exported.result.warnings)
+        with steps("verify_artifact", "running the artifact"):
+            artifact = run_artifact(deployment.exported.path, artifact_runtime(target),
+                                    ctx.quantize, ctx.model, ctx.data.samples, ctx.reference,
+                                    result.applied)
+        if artifact.fallback:
+            warnings.append(artifact.fallback)
+        diagnostics.histograms["artifact"] = error_histograms(ctx.reference, artifact.outputs)
+    layers = None
+    if artifact is not None and ctx.quantize == "int8" and target.artifact == "tflite":
+        layers = _int8_layers(ctx, deployment.exported.path, rewritten)
+        _forget(rewritten)
+        if not artifact.ok:
+            warnings.append(layers.describe())
+            warnings.extend(range_lines(layers.range_report))
+    return Attempt(the_plan, result, graph_after, tf_cmp, diagnostics, saved_model, deployment,
+                   artifact, warnings, layers)
+
+
+def _recover(ctx: _Context, attempt: Attempt, bar: Bar | None) -> tuple[Attempt, Recovery]:
+    """Fine-tune the rewritten graph by distillation from the original (int8 simulated for an
+    int8 artifact, at the ranges the converter chose), then export, check and run it again;
+    the returned attempt is the fine-tuned one, the rules' proof (``tf``) the first's.
+
+    The fine-tuned artifact is kept only when its error on the fine-tuning inputs (never the
+    held-back ones) is below the first artifact's; otherwise the first is exported again and
+    the report says so."""
+    import contextlib
+
+    from rewriter.export.saved_model import export_saved_model
+    from rewriter.tune.recover import float_comparison, recover
+    from rewriter.verify.histograms import error_histograms
+    from rewriter.verify.int8_layers import tensor_ranges
+
+    steps, target, opts = ctx.steps, ctx.target, ctx.opts
+    rewritten = attempt.rewrite.model
+    int8 = ctx.quantize == "int8" and target.artifact == "tflite"
+    ranges = tensor_ranges(attempt.deployment.exported.path, rewritten) if int8 else None
+    train = ctx.data.calibration_samples or []
+    teacher = _run_all(ctx.model, train)
+    # the runtime the first file ran in (LiteRT when TFLite Micro lacks one of its kernels)
+    runtime = attempt.artifact.runtime if attempt.artifact else artifact_runtime(target)
+    error_before = _train_error(ctx, attempt.deployment.exported.path, train, teacher, runtime)
+    shown = bar(f"fine-tuning ({opts.epochs} epochs)", opts.epochs) if bar else None
+    qat_note = None
+    with steps("recover", None if bar else f"fine-tuning ({opts.epochs} epochs)"), \
+            (shown or contextlib.nullcontext()) as advance:
+        on_epoch = (lambda e, loss: advance(1, f"loss {loss:.4g}")) if advance else None
+        result = None
+        if opts.qat:
+            result, qat_note = _qat(ctx, train, on_epoch)
+        if result is None:
+            result = recover(ctx.model, rewritten, train, epochs=opts.epochs, seed=opts.seed,
+                             int8_ranges=ranges, on_epoch=on_epoch)
+    if qat_note:
+        result.notes.insert(0, qat_note)
+    tuned = result.model
+    with steps("verify_recovered", "running the fine-tuned graph"):
+        float_after = float_comparison(ctx.reference, tuned, ctx.data.samples)
+    with steps("saved_model", "writing the fine-tuned SavedModel"):
+        saved_model = export_saved_model(tuned, ctx.outdir / "saved_model").path
+    deployment = deploy(tuned, target, ctx.quantize, ctx.outdir / f"model.{target.artifact}",
+                        steps, train, opts.int8_io, opts.run_vela, ctx.outdir)
+    first = attempt.int8_layers
+    first_layers = ([first.describe(), *range_lines(first.range_report)]
+                    if first is not None else [])
+    warnings = [w for w in attempt.warnings if w not in first_layers]
+    artifact = layers = None
+    histograms = dict(attempt.diagnostics.histograms)
+    if deployment.exported.result is not None:
+        with steps("verify_artifact", "running the artifact"):
+            artifact = run_artifact(deployment.exported.path, artifact_runtime(target),
+                                    ctx.quantize, ctx.model, ctx.data.samples, ctx.reference)
+        histograms["artifact"] = error_histograms(ctx.reference, artifact.outputs)
+        if int8:
+            layers = _int8_layers(ctx, deployment.exported.path, tuned)
+            if not artifact.ok:
+                warnings.append(layers.describe())
+                warnings.extend(range_lines(layers.range_report))
+    recovery = Recovery(result, attempt.artifact, artifact, float_after, len(ctx.data.samples))
+    error_after = (_train_error(ctx, deployment.exported.path, train, teacher, runtime)
+                   if artifact is not None else math.inf)
+    recovery.train_error = (error_before, error_after)
+    if not error_after < error_before:
+        recovery.kept = False
+        recovery.notes.append(
+            f"the fine-tuned artifact was not better on the fine-tuning inputs (normalised MSE "
+            f"{error_before:.3g} -> {error_after:.3g}): the first artifact was kept")
+        with steps("saved_model", "writing the rewritten SavedModel again"):
+            export_saved_model(rewritten, ctx.outdir / "saved_model")
+        deploy(rewritten, target, ctx.quantize, ctx.outdir / f"model.{target.artifact}", steps,
+               train, opts.int8_io, opts.run_vela, ctx.outdir)
+        return attempt, recovery
+    if artifact is not None and attempt.artifact is not None and (
+            _worst(artifact) < _worst(attempt.artifact)):
+        warnings.append("--recover made the artifact worse on the held-back inputs (min cosine "
+                        f"{_worst(attempt.artifact):.5f} -> {_worst(artifact):.5f}); run "
+                        "without it, or with more calibration data")
+    diagnostics = Diagnostics(histograms, attempt.diagnostics.divergence,
+                              attempt.diagnostics.per_rule)
+    return Attempt(attempt.plan, attempt.rewrite, attempt.graph_after, attempt.tf, diagnostics,
+                   saved_model, deployment, artifact, warnings, layers), recovery
+
+
+def _qat(ctx: _Context, train: list[dict[str, np.ndarray]],
+         on_epoch: Any) -> tuple[Any, str | None]:
+    """``--qat``: TFMOT's quantization-aware training (tf_keras models), then the rules again
+    on the fine-tuned model; (None, why) when TFMOT cannot, and ``--recover`` takes over."""
+    from rewriter.rewrite.planner import plan_and_apply
+    from rewriter.tune.qat import QatUnavailable, qat_finetune
+    from rewriter.tune.recover import RecoverResult
+
+    try:
+        q = qat_finetune(ctx.model, train, ctx.opts.epochs, ctx.opts.seed, on_epoch)
+    except QatUnavailable as exc:
+        return None, f"--qat: {exc}; fine-tuned by --recover's distillation instead"
+    _, rewritten = plan_and_apply(q.model, ctx.target, ctx.quantize, ctx.opts.exact_only,
+                                  data=ctx.data.calibration_samples or ctx.data.samples)
+    return RecoverResult(rewritten.model, ctx.opts.epochs, ctx.opts.seed, len(train), q.layers,
+                         0, 0, 0, q.losses, q.seconds,
+                         ["TFMOT quantization-aware training of the tf_keras model (default "
+                          "8-bit scheme), distilled from the original; the rules applied again "
+                          "to the fine-tuned model"], method="tfmot"), None
+
+
+def _train_error(ctx: _Context, path: Path, train: list[dict[str, np.ndarray]],
+                 teacher: Mapping[str, np.ndarray], runtime: str) -> float:
+    """The artifact's mean squared error on ``train`` over the variance of the original's
+    outputs, averaged over outputs (what fine-tuning minimises, measured on the real file)."""
+    from rewriter.job.stages import run_samples
+    from rewriter.verify.factory import artifact_runner
+
+    runner = artifact_runner(path, runtime)
+    outs = run_samples(runner, train, [o.name for o in ctx.model.outputs])
+    return float(np.mean([np.mean((outs[k] - v) ** 2) / max(float(np.var(v)), 1e-12)
+                          for k, v in teacher.items()]))
+
+
+def _worst(run: ArtifactRun) -> float:
+    return min((o.cosine for o in run.comparison.outputs), default=1.0)
+
+
+def _int8_layers(ctx: _Context, path: Path, rewritten: Model) -> Int8Layers:
+    """Every intermediate tensor of the int8 file against the rewritten float graph it was
+    converted from (:mod:`rewriter.verify.int8_layers`)."""
+    from rewriter.tune.int8_range import diagnose
+    from rewriter.verify.int8_layers import int8_layer_errors
+
+    samples = ctx.data.samples[: max(ctx.opts.divergence_samples, 4)]
+    with ctx.steps("int8_layers", "measuring int8 error per layer"):
+        layers = int8_layer_errors(str(path), rewritten, samples)
+        layers.range_report = diagnose(layers, ctx.target, ctx.model, ctx.quantize)
+        return layers
+
+
+def _diagnostics(ctx: _Context, the_plan: Plan, result: RewriteResult,
+                 rewritten_out: dict[str, np.ndarray], warnings: list[str]) -> Diagnostics:
+    """Error histograms, the first diverging node, and (opt-in) a check after every rule."""
+    from rewriter.verify.divergence import first_divergence
+    from rewriter.verify.histograms import error_histograms
+
+    diag = Diagnostics({"rewritten_tf": error_histograms(ctx.reference, rewritten_out)})
+    samples = ctx.data.samples
+    if result.applied:
+        with ctx.steps("first_divergence", "comparing intermediate tensors"):
+            diag.divergence = first_divergence(ctx.model, result.model, samples, result.applied,
+                                               max_samples=ctx.opts.divergence_samples)
+        if not diag.divergence.ok:
+            warnings.append(diag.divergence.describe())
+    if ctx.opts.check_each_rule and the_plan.rules:
+        from rewriter.verify.per_rule import check_each_rule, first_failure
+
+        with ctx.steps("check_each_rule", "checking after each rule"):
+            diag.per_rule = check_each_rule(ctx.model, the_plan.rules,
+                                            samples[: ctx.opts.divergence_samples])
+        bad = first_failure(diag.per_rule)
+        if bad is not None:
+            warnings.append(bad.describe())
+    return diag
+
+
+def plan_retry(the_plan: Plan, target: Target, quantize: str, exact_only: bool,
+               unsupported_after: Collection[str]) -> Retry | None:
+    """Rules to leave out of a second attempt when the artifact still holds an op they were
+    meant to remove (the converter re-fused their output, or left it in float).
+
+    ``unsupported_after`` is the artifact verdict's unsupported ops
+    (:meth:`rewriter.job.stages.Deployment.unsupported_ops`). Each is traced back through the
+    target's lowering table to the TF ops that become it; the rules planned for those ops are
+    excluded when another rule the target can run exists for the op. None when there is
+    nothing to retry.
+    """
+    from rewriter.rewrite.planner import choose_rules
+    from rewriter.targets import lowering
+
+    bad = set(unsupported_after)
+    if not bad:
+        return None
+    section = lowering()["onnx" if target.artifact == "onnx" else "tflite"]
+    sources = {t for t in section if set(target.lower(t) or ()) & bad}
+    exclude: set[str] = set()
+    for fix in the_plan.fixes:
+        if fix["op"] not in sources:
+            continue
+        suspects = {fix["rule"], *fix.get("also", [])}
+        alternatives, _ = choose_rules(fix["op"], target, quantize, exact_only, {},
+                                       exclude | suspects)
+        if alternatives:
+            exclude |= suspects
+    if not exclude:
+        return None
+    return Retry(sorted(exclude), sorted(bad),
+                 "the exported artifact still held " + ", ".join(sorted(bad))
+                 + "; planned again without the rules for the ops that become it")
+
+
+def _forget(*models: Model, keep: Model | None = None) -> None:
+    """Drop the models' TF functions (each holds copies of the graph and its weights; ``keep``
+    keeps the one for its outputs) and give the memory back, so a job holds one or two graphs
+    at a time rather than every graph it ever ran."""
+    from rewriter.host.procmem import release
+
+    for m in models:
+        m.forget_functions(keep_outputs=m is keep)
+    release()
+
+
+def _run_all(model: Model, samples: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    from rewriter.verify.metrics import stack_samples
+
+    return stack_samples([model.run(s) for s in samples])
+
+
+def _compare_rewritten(ref: Mapping[str, np.ndarray], test: Mapping[str, np.ndarray],
+                       applied: list[dict[str, Any]], n: int) -> Comparison:
+    from rewriter.verify.metrics import compare_within
+    from rewriter.verify.tolerance import DEFAULT_POLICY
+
+    return compare_within(ref, test, DEFAULT_POLICY.for_rewrite(applied, ref), n)

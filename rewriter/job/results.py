@@ -1,0 +1,99 @@
+"""The typed results of a job: what ``report.json`` is built from.
+
+:func:`rewriter.job.pipeline.run_job` fills a :class:`Job` stage by stage (:mod:`rewriter.job.stages`);
+:func:`rewriter.report.build.build_report` reads it once, at the end. Both import these types from
+here, so neither imports the other's module for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rewriter.ir.model import Model
+from rewriter.job.stages import ArtifactRun, Deployment, JobData
+from rewriter.rewrite.passes import RewriteResult
+from rewriter.rewrite.planner import Plan
+from rewriter.targets import GraphCheck, Target
+from rewriter.tune.recover import Recovery
+from rewriter.verify.divergence import Divergence
+from rewriter.verify.int8_layers import Int8Layers
+from rewriter.verify.metrics import Comparison
+from rewriter.verify.per_rule import RuleCheck
+
+__all__ = ["Attempt", "Diagnostics", "Job", "Retry"]
+
+
+@dataclass
+class Diagnostics:
+    """What explains a mismatch: |error| histograms per stage and output, the first diverging
+    node, and (opt-in) a comparison after every rule."""
+
+    histograms: dict[str, dict[str, Any]]
+    divergence: Divergence | None = None
+    per_rule: list[RuleCheck] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"histograms": self.histograms}
+        if self.divergence is not None:
+            out["divergence"] = self.divergence.to_json()
+        if self.per_rule is not None:
+            out["per_rule"] = [c.to_json() for c in self.per_rule]
+        return out
+
+
+@dataclass
+class Attempt:
+    """One plan -> rewrite -> verify -> deploy -> run pass over the model."""
+
+    plan: Plan
+    rewrite: RewriteResult
+    graph_after: GraphCheck  # the rewritten TF graph against the table
+    tf: Comparison  # rewritten TF graph vs original
+    diagnostics: Diagnostics
+    saved_model: str
+    deployment: Deployment
+    artifact: ArtifactRun | None
+    warnings: list[str]
+    int8_layers: Int8Layers | None = None  # int8 .tflite: each layer's error against float
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.deployment.ok and self.tf.ok and self.artifact is not None
+                    and self.artifact.ok)
+
+
+@dataclass
+class Retry:
+    """Why a second attempt ran without some rules, and how it ended."""
+
+    exclude: list[str]
+    because: list[str]
+    reason: str
+    ok: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Job:
+    """Every stage's result of one job: what ``report.json`` is built from."""
+
+    model: Model
+    target: Target
+    quantize: str
+    before: GraphCheck  # the original TF graph against the table
+    data: JobData
+    attempt: Attempt
+    retry: Retry | None
+    timings: dict[str, float]
+    recovery: Recovery | None = None  # --recover: the attempt is the fine-tuned one
+
+    @property
+    def ok(self) -> bool:
+        return self.attempt.ok
+
+    @property
+    def warnings(self) -> list[str]:
+        return [*self.data.warnings, *self.attempt.warnings]

@@ -1,0 +1,253 @@
+"""Per-target planning: which rules, in which order, make a model run on a target.
+
+:func:`plan` asks the target which nodes it lacks (:meth:`PlanTarget.check_graph`, node level,
+so attribute limits count) and picks, per op and rule family, the best exact rule whose
+``emits`` the target runs (its ``fused`` target ops where the converter fuses them); an
+approximate rule only when no exact one fits (never with ``exact_only``). Ops no rule fits go to
+``Plan.unfixable`` with the reason. :func:`plan_and_apply` runs plan -> apply -> re-check in
+rounds on the one pass engine (:mod:`rewriter.rewrite.passes`). The planner is typed against
+:class:`PlanTarget`, which :class:`rewriter.targets.Target` satisfies; tests build their
+targets from tables (:func:`rewriter.targets.target_from_table`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from rewriter.ir.model import PLUMBING_OPS, Model
+from rewriter.rewrite.passes import RewriteResult, Samples, apply_rules
+from rewriter.rules import all_rules, get_rule, rules_for_op
+from rewriter.rules.base import Rule
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rewriter.targets import GraphCheck, OpStatus
+
+__all__ = ["MAX_ROUNDS", "Plan", "PlanTarget", "apply", "choose_rules", "plan", "plan_and_apply"]
+
+
+class PlanTarget(Protocol):
+    """What the planner asks of a target (:class:`rewriter.targets.Target` answers it)."""
+
+    name: str
+    artifact: str  # "tflite" | "onnx": selects a rule's ``fused`` target ops
+
+    def check_graph(self, model: Model, quantize: str | None = None) -> GraphCheck:
+        """Node-level verdicts on the TF graph (what the target lacks, with reasons)."""
+        ...
+
+    def tf_op_status(self, op: str, quantize: str | None = None) -> OpStatus:
+        """Whether the target runs TF op type ``op`` once converted."""
+        ...
+
+    def target_op_status(self, op: str, quantize: str | None = None) -> OpStatus:
+        """Whether the target runs target op ``op`` (e.g. ``L2_NORMALIZATION``)."""
+        ...
+
+
+@dataclass
+class Plan:
+    """Which rules to run, in order, and what stays unfixable.
+
+    ``fixes``: ``[{op, count, reason, rule, also, exact, bound}]`` (``rule`` the best, ``also``
+    complementary rules planned for the same op); ``unfixable``: ``[{op, count,
+    reason, why}]`` (never dropped: ``why`` says whether no rule exists, a rule emits ops the
+    target also lacks, or only approximate rules exist and ``exact_only`` refused them).
+    """
+
+    target: str
+    quantize: str
+    exact_only: bool
+    rules: list[str]
+    fixes: list[dict[str, Any]]
+    unfixable: list[dict[str, Any]]
+    #: The unsupported nodes, where ``targeted`` rules may start.
+    focus: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.rules
+
+    def rules_by_op(self) -> dict[str, str]:
+        """TF op -> the rules that fixed it (comma-separated, in the order they ran)."""
+        names: dict[str, list[str]] = {}
+        for f in self.fixes:
+            for rule in (f["rule"], *f.get("also", [])):
+                if rule not in names.setdefault(f["op"], []):
+                    names[f["op"]].append(rule)
+        return {op: ", ".join(rules) for op, rules in names.items()}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"target": self.target, "quantize": self.quantize, "exact_only": self.exact_only,
+                "rules": list(self.rules), "fixes": self.fixes, "unfixable": self.unfixable}
+
+
+def plan(model: Model, target: PlanTarget, quantize: str, exact_only: bool = False,
+         exclude: frozenset[str] | set[str] = frozenset()) -> Plan:
+    """Pick, for each op type the target lacks, the best rule the target can run.
+
+    What the target lacks comes from ``target.check_graph`` (node level, so attribute limits
+    such as Vela's depth-reduction MEAN count). Whether a rule's ``emits`` are runnable is asked
+    per op type. Rules named in ``exclude`` are not considered (rules tried in an earlier round,
+    see :func:`plan_and_apply`).
+    """
+    lacking = _unsupported(model, target, quantize)
+    cache: dict[str, bool] = {}
+    fixes, unfixable, chosen = [], [], []
+    for op, (count, reason, _) in lacking.items():
+        rules, why = choose_rules(op, target, quantize, exact_only, cache, exclude)
+        if not rules:
+            unfixable.append({"op": op, "count": count, "reason": reason, "why": why})
+            continue
+        best = rules[0]
+        fixes.append({"op": op, "count": count, "reason": reason, "rule": best.name,
+                      "also": [r.name for r in rules[1:]], "exact": best.exact,
+                      "bound": best.bound.to_json() if best.bound else None})
+        chosen.extend(r.name for r in rules if r.name not in chosen)
+    ordered = sorted((r for r in all_rules() if r.name in chosen),
+                     key=lambda r: (r.order, r.sort_key()))
+    focus = [n for op in lacking for n in lacking[op][2]]
+    return Plan(target.name, quantize, exact_only,
+                [r.name for r in ordered], fixes, unfixable, focus)
+
+
+def _unsupported(model: Model, target: PlanTarget, quantize: str
+                 ) -> dict[str, tuple[int, str | None, list[str]]]:
+    """{TF op type: (unsupported node count, first reason, node names)} in graph order."""
+    out: dict[str, tuple[int, str | None, list[str]]] = {}
+    for v in target.check_graph(model, quantize).verdicts:
+        if not v.supported and v.op not in PLUMBING_OPS:
+            count, reason, nodes = out.get(v.op, (0, v.reason, []))
+            out[v.op] = (count + 1, reason, [*nodes, v.node])
+    return out
+
+
+def choose_rules(op: str, target: PlanTarget, quantize: str, exact_only: bool,
+                 cache: dict[str, bool] | None = None,
+                 exclude: frozenset[str] | set[str] = frozenset()) -> tuple[list[Rule], str]:
+    """The rules to run for ``op`` (best first), or ([], why none fits).
+
+    Per rule family (``Rule.family``; alternatives such as elu_exact / elu_ramps share one),
+    the best exact rule whose ``emits`` the target runs (its ``fused`` target ops instead when
+    the converter fuses them for the target's artifact kind); families complement each other (fold
+    BN into the conv where possible, Mul+Add elsewhere). Only when no exact rule fits: the
+    single best approximate one, unless ``exact_only``.
+    """
+    candidates = [r for r in rules_for_op(op) if r.name not in exclude]
+    if not candidates:
+        return [], ("no rule removes this op" if not rules_for_op(op) else
+                    "every rule for this op was tried and the op remains")
+    cache = {} if cache is None else cache
+    missing: list[str] = []
+    exact: dict[str, Rule] = {}
+    approx: Rule | None = None
+    for rule in candidates:
+        lacking = _lacking(rule, target, quantize, cache)
+        if lacking:
+            missing.append(f"{rule.name} emits {', '.join(lacking)}")
+        elif rule.exact:
+            exact.setdefault(rule.family or rule.name, rule)
+        elif exact_only:
+            missing.append(f"{rule.name} is approximate (max abs error "
+                           f"{rule.bound.max_abs_error if rule.bound else '?'}) and "
+                           "--exact-only refuses it")
+        elif approx is None:
+            approx = rule
+    if exact:
+        return list(exact.values()), ""
+    return ([approx], "") if approx is not None else ([], "; ".join(missing))
+
+
+def _lacking(rule: Rule, target: PlanTarget, quantize: str, cache: dict[str, bool]) -> list[str]:
+    """What the target lacks of the rule's output: its ``fused`` target ops when the converter
+    fuses ``emits`` for the target's artifact kind, else its ``emits`` (TF ops)."""
+    fused = rule.fused.get(target.artifact)
+    if fused is None:
+        return sorted(e for e in rule.emits if e not in PLUMBING_OPS
+                      and not _runs(cache, "tf", target.tf_op_status, e, quantize))
+    return sorted(t for t in fused if not _runs(cache, target.artifact,
+                                                target.target_op_status, t, quantize))
+
+
+def _runs(cache: dict[str, bool], kind: str, status: Callable[[str, str], OpStatus], op: str,
+          quantize: str) -> bool:
+    """``status(op, quantize).supported``, asked once per (kind, op)."""
+    key = f"{kind}:{op}"
+    if key not in cache:
+        cache[key] = bool(status(op, quantize).supported)
+    return cache[key]
+
+
+def apply(model: Model, the_plan: Plan, import_with_tf: bool = False,
+          data: Samples | None = None) -> RewriteResult:
+    """Run the plan's rules, one pass each in plan order, to a fixed point."""
+    return apply_rules(model, the_plan.rules, import_with_tf=import_with_tf, data=data,
+                       focus=the_plan.focus)
+
+
+#: Rounds of plan -> apply -> re-check in :func:`plan_and_apply`.
+MAX_ROUNDS = 4
+
+
+def plan_and_apply(model: Model, target: PlanTarget, quantize: str, exact_only: bool = False,
+                   exclude: frozenset[str] | set[str] = frozenset(),
+                   data: Samples | None = None) -> tuple[Plan, RewriteResult]:
+    """Plan, apply, and re-check until the target lacks nothing a rule not yet tried can fix.
+
+    The first round runs the best rules (exact first). An op still unsupported afterwards is
+    planned again with the rules already tried excluded: e.g. the converter fuses both a hard
+    swish and a GELU from a ``Mul``; the exact hard-swish rule goes first and does not match a
+    GELU, so the next round reaches the GELU rules. The returned plan lists the rules that
+    fired, in order, with the fixes of every round and the ops that stayed unfixable. ``data``:
+    the calibration samples, for rules fitted on the observed range of their input.
+    """
+    tried = set(exclude)
+    current = model
+    applied: list[dict[str, Any]] = []
+    rejected: list[dict[str, str]] = []
+    passes_run: list[str] = []
+    fixes: list[dict[str, Any]] = []
+    iterations = 0
+    first: Plan | None = None
+    for round_no in range(1, MAX_ROUNDS + 1):
+        p = plan(current, target, quantize, exact_only, exclude=tried)
+        first = first or p
+        if p.empty:
+            break
+        res = apply(current, p, data=data)
+        fired = {a["rule"] for a in res.applied}
+        for f in p.fixes:  # credit the rule that fired (the best one may not have matched)
+            done = [r for r in (f["rule"], *f.get("also", [])) if r in fired]
+            if done:
+                rule = get_rule(done[0])
+                fixes.append(dict(f, rule=rule.name, also=done[1:], exact=rule.exact,
+                                  bound=rule.bound.to_json() if rule.bound else None,
+                                  round=round_no))
+        applied.extend(res.applied)
+        rejected.extend(res.rejected)
+        passes_run.extend(res.passes)
+        iterations += res.iterations
+        tried.update(p.rules)
+        current = res.model
+    final = plan(current, target, quantize, exact_only, exclude=tried)
+    order = list(dict.fromkeys(a["rule"] for a in applied))
+    result = RewriteResult(current, applied, rejected, iterations, passes_run)
+    assert first is not None
+    return Plan(first.target, quantize, exact_only, order, fixes,
+                _with_refusals(final.unfixable, rejected)
+                + [dict(f, why="its rules did not match these nodes") for f in final.fixes]
+                ), result
+
+
+def _with_refusals(unfixable: list[dict[str, Any]],
+                   rejected: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """Unfixable ops whose rules refused their nodes say why (the rule, node and reason): "a
+    rule exists but refused" is what a user can act on."""
+    out = []
+    for u in unfixable:
+        names = {r.name for r in rules_for_op(u["op"])}
+        said = [f"{r['rule']} refused {r['node']}: {r['reason']}" for r in rejected
+                if r.get("rule") in names]
+        out.append(dict(u, why="; ".join(dict.fromkeys(said))) if said else u)
+    return out

@@ -1,0 +1,394 @@
+"""``--recover``: win back what approximate rules and int8 cost, by distillation from the original.
+
+The rewritten graph is frozen: its weights are ``Const`` nodes. They are lifted into variables
+the way ``rewrite unfreeze`` does (:func:`rewriter.surgery.unfreeze.find_weights`: the consts
+feeding conv / matmul / bias / normalisation ops; batch-norm statistics stay fixed), and the graph
+is imported with each of them read from its variable. The *original* model is the teacher: on
+the calibration inputs (no labels), the student's outputs are pulled towards the teacher's by
+minimising the mean squared error of each output over the variance of the teacher's (Adam).
+
+When the artifact is int8, quantisation is simulated in the loop (fake quantisation, the
+straight-through estimator passes gradients): every conv / depthwise / matmul kernel is rounded
+to symmetric int8 per output channel (as the converter does; a batch norm folded into the kernel
+later scales each channel, which commutes with per-channel rounding), and every tensor the int8
+file quantises is rounded to the very range the converter gave it (read from the exported
+``.tflite``: :func:`rewriter.verify.int8_layers.tensor_ranges`), then, after each epoch, to the
+min/max the tensor took over every training input, as the converter's min/max calibration on
+the same inputs gives (widened during an epoch when a batch exceeds it, never narrowed; a
+moving average of batch ranges narrows them and the student learns to rely on a precision the
+exported file does not have). After fine-tuning the variables
+are frozen back into the consts (the fake quantisation is not kept) and the job exports and
+verifies the new graph as usual; the report compares the artifact before and after on held-back
+inputs the fine-tuning never saw.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rewriter.defaults import RECOVER_EPOCHS
+from rewriter.ir.graph import GraphIndex, make_node, parse_input
+from rewriter.ir.model import Model
+
+LEARNING_RATE = 3e-4
+#: Samples whose gradients are averaged per update.
+BATCH = 4
+#: Kernel inputs and their per-channel axis handling, by op.
+_KERNEL_OPS = {"Conv2D": 1, "DepthwiseConv2dNative": 1, "MatMul": 1}
+
+
+@dataclass
+class RecoverResult:
+    """The fine-tuned graph and how it was obtained."""
+
+    model: Model
+    epochs: int
+    seed: int
+    train_samples: int
+    variables: int
+    parameters: int
+    fake_quant_weights: int
+    fake_quant_tensors: int
+    losses: list[float]  # mean loss per epoch
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+    method: str = "distillation"  # or "tfmot" (--qat)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"method": self.method, "epochs": self.epochs, "seed": self.seed,
+                "train_samples": self.train_samples,
+                "variables": self.variables, "parameters": self.parameters,
+                "fake_quant": {"weights": self.fake_quant_weights,
+                               "tensors": self.fake_quant_tensors},
+                "loss": [round(v, 6) for v in self.losses],
+                "seconds": round(self.seconds, 3), "notes": list(self.notes)}
+
+
+def recover(teacher: Model, student: Model, train: Sequence[Mapping[str, np.ndarray]], *,
+            epochs: int = RECOVER_EPOCHS, seed: int = 0,
+            int8_ranges: Mapping[str, tuple[float, float]] | None = None,
+            learning_rate: float = LEARNING_RATE,
+            on_epoch: Callable[[int, float], None] | None = None) -> RecoverResult:
+    """Fine-tune ``student``'s weights so its outputs (int8-simulated when ``int8_ranges`` is
+    given) match ``teacher``'s on ``train``; returns the graph with the new weights."""
+    import tensorflow as tf
+
+    start = time.perf_counter()
+    tf.random.set_seed(seed)
+    rng = np.random.default_rng(seed)
+    net = _Student(student, int8_ranges)
+    targets = [teacher.run(s) for s in train]
+    names = [o.name for o in student.outputs]
+    spread = {n: max(float(np.var(np.stack([t[n] for t in targets]))), 1e-12) for n in names}
+
+    @tf.function
+    def grads(xs: list[Any], ys: list[Any]) -> tuple[Any, list[Any], list[Any], list[Any]]:
+        outs, reads, seen = net.forward(*xs)
+        loss = tf.add_n([tf.reduce_mean(tf.square(o - y)) / spread[n]
+                         for o, y, n in zip(outs, ys, names, strict=True)])
+        g = tf.gradients(loss, [reads[k] for k in net.train_index])
+        g = [tf.zeros_like(reads[k]) if gi is None else gi
+             for k, gi in zip(net.train_index, g, strict=True)]
+        return (loss, g, [tf.reduce_min(t) for t in seen], [tf.reduce_max(t) for t in seen])
+
+    adam = _Adam(net.trainable, learning_rate)
+    losses: list[float] = []
+    order = np.arange(len(train))
+    for epoch in range(epochs):
+        rng.shuffle(order)
+        total = 0.0
+        lo = np.full(len(net.ranges), np.inf)
+        hi = np.full(len(net.ranges), -np.inf)
+        for first in range(0, len(order), BATCH):
+            batch = order[first:first + BATCH]
+            acc = [tf.zeros_like(v) for v in net.trainable]
+            for k in batch:
+                xs = [tf.constant(np.asarray(train[k][s.name], s.dtype)) for s in student.inputs]
+                ys = [tf.constant(np.asarray(targets[k][n], np.float32)) for n in names]
+                loss, g, mins, maxs = grads(xs, ys)
+                total += float(loss)
+                acc = [a + gi for a, gi in zip(acc, g, strict=True)]
+                if net.ranges:
+                    lo = np.minimum(lo, [float(v) for v in mins])
+                    hi = np.maximum(hi, [float(v) for v in maxs])
+            adam.apply([a / len(batch) for a in acc])
+            net.widen(lo, hi)  # never clip what the converter's min/max would hold
+        net.calibrate(lo, hi)  # the epoch's min/max over every input, as the converter's
+        losses.append(total / max(len(train), 1))
+        if on_epoch is not None:
+            on_epoch(epoch + 1, losses[-1])
+    notes = [] if int8_ranges is not None else ["float fine-tuning (the artifact is not int8)"]
+    return RecoverResult(
+        student.with_graph(net.frozen(), note=f"--recover: fine-tuned {len(net.trainable)} "
+                                              f"weight tensors for {epochs} epoch(s) by "
+                                              "distillation"),
+        epochs, seed, len(train), len(net.trainable),
+        int(sum(int(np.prod(v.shape)) for v in net.trainable)),
+        sum(w.name in net.axes for w in net.weights),
+        len(net.ranges), losses, time.perf_counter() - start, notes)
+
+
+class _Student:
+    """The rewritten graph with its weights in variables and, for int8, fake quantisation of
+    its kernels (per channel) and of the tensors the int8 file quantises (per tensor, with
+    ranges in variables that :meth:`calibrate` moves to what the converter would choose)."""
+
+    def __init__(self, model: Model, int8_ranges: Mapping[str, tuple[float, float]] | None
+                 ) -> None:
+        import tensorflow as tf
+
+        from rewriter.surgery.unfreeze import find_weights, lift_graph
+
+        self.model = model
+        self.graph_def = _pruned(model)
+        self.weights = [w for w in find_weights(self.graph_def)
+                        if not _made_by_rule(self.graph_def, w.name)]
+        self.axes = _kernel_axes(self.graph_def) if int8_ranges is not None else {}
+        g = GraphIndex(self.graph_def)
+        self.observed = [n for n in (int8_ranges or {}) if n in g and
+                         (int8_ranges or {})[n][1] > (int8_ranges or {})[n][0]]
+        quantised, self.range_inputs = _with_fake_quant(self.graph_def, self.observed)
+        self.lifted = lift_graph(quantised, self.weights)
+        values = {n.name: np.asarray(tf.make_ndarray(n.attr["value"].tensor))
+                  for n in self.graph_def.node if n.op == "Const"}
+        self.variables = [tf.Variable(values[w.name], trainable=w.trainable, name=f"w{k}")
+                          for k, w in enumerate(self.weights)]
+        self.train_index = [k for k, v in enumerate(self.variables) if v.trainable]
+        self.trainable = [self.variables[k] for k in self.train_index]
+        self.ranges = [(tf.Variable(float((int8_ranges or {})[n][0]), trainable=False),
+                        tf.Variable(float((int8_ranges or {})[n][1]), trainable=False))
+                       for n in self.observed]
+
+    def forward(self, *xs: Any) -> tuple[list[Any], list[Any], list[Any]]:
+        """(outputs, weight reads, observed tensors before their fake quantisation); ``reads``
+        are the tensors to differentiate by (a tape does not see the ops ``import_graph_def``
+        creates; ``tf.gradients`` follows the graph)."""
+        import tensorflow as tf
+
+        input_map = dict(zip((s.tensor for s in self.model.inputs), xs, strict=True))
+        reads = []
+        for w, v in zip(self.weights, self.variables, strict=True):
+            read = tf.identity(v)
+            reads.append(read)
+            input_map[f"{w.name}:0"] = (_fake_quant_kernel(read, self.axes[w.name])
+                                        if w.name in self.axes else read)
+        for (lo_name, hi_name), (lo, hi) in zip(self.range_inputs, self.ranges, strict=True):
+            input_map[f"{lo_name}:0"] = tf.identity(lo)
+            input_map[f"{hi_name}:0"] = tf.identity(hi)
+        wanted = [o.tensor for o in self.model.outputs] + [f"{n}:0" for n in self.observed]
+        got = tf.compat.v1.import_graph_def(self.lifted, input_map=input_map,
+                                            return_elements=wanted, name="")
+        k = len(self.model.outputs)
+        return list(got[:k]), reads, list(got[k:])
+
+    def widen(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Widen each range to hold ``[lo, hi]`` (the values seen so far in this epoch)."""
+        for (vlo, vhi), a, b in zip(self.ranges, lo, hi, strict=True):
+            if np.isfinite(a) and np.isfinite(b):
+                vlo.assign(min(float(vlo.numpy()), float(a), 0.0))
+                vhi.assign(max(float(vhi.numpy()), float(b), 0.0))
+
+    def calibrate(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Set each range to ``[lo, hi]`` widened to contain 0: what the converter's min/max
+        calibration over the same inputs gives (the weights moved during the epoch, so this
+        is close to, not exactly, the next export's range)."""
+        for (vlo, vhi), a, b in zip(self.ranges, lo, hi, strict=True):
+            if np.isfinite(a) and np.isfinite(b) and b > a:
+                vlo.assign(min(float(a), 0.0))
+                vhi.assign(max(float(b), 0.0))
+
+    def frozen(self) -> Any:
+        return _frozen(self.graph_def, self.weights, self.variables)
+
+
+def _made_by_rule(graph_def: Any, name: str) -> bool:
+    """Whether a const belongs to a rewrite rule's construction (its provenance attribute, on
+    it or on the node reading it): those are the rule's math, not learned weights."""
+    from rewriter.rules.base import RULE_ATTR
+
+    g = GraphIndex(graph_def)
+    return RULE_ATTR in g[name].attr or any(RULE_ATTR in c.attr for c in g.consumers(name))
+
+
+def _pruned(model: Model) -> Any:
+    index = GraphIndex(model.graph_def)
+    index.prune([o.tensor for o in model.outputs] + [i.tensor for i in model.inputs])
+    return index.to_graph_def()
+
+
+def _kernel_axes(graph_def: Any) -> dict[str, str]:
+    """Const name -> how it is quantised per channel: ``conv`` (last axis), ``depthwise``
+    (the last two axes together), ``matmul`` (last axis, or the first when transposed)."""
+    index = GraphIndex(graph_def)
+    out: dict[str, str] = {}
+    for node in index:
+        pos = _KERNEL_OPS.get(node.op)
+        if pos is None or pos >= len(node.input):
+            continue
+        src = index.skip_identity(node.input[pos])
+        if src is None or src.op != "Const":
+            continue
+        if node.op == "MatMul":
+            out[src.name] = "matmul_t" if node.attr["transpose_b"].b else "matmul"
+        else:
+            out[src.name] = "depthwise" if node.op == "DepthwiseConv2dNative" else "conv"
+    return out
+
+
+def _with_fake_quant(graph_def: Any, nodes: Sequence[str]) -> tuple[Any, list[tuple[str, str]]]:
+    """``graph_def`` with a FakeQuantWithMinMaxVars after each of ``nodes``, its range read
+    from two new scalar placeholders (returned, per node, as (min name, max name))."""
+    g = GraphIndex(graph_def)
+    names = []
+    for node in nodes:
+        base = g.unique_name(f"{node}/int8_sim")
+        lo = g.add(make_node("Placeholder", f"{base}/min", [], {"shape": _scalar()},
+                             dtype="float32", dtype_attr="dtype"))
+        hi = g.add(make_node("Placeholder", f"{base}/max", [], {"shape": _scalar()},
+                             dtype="float32", dtype_attr="dtype"))
+        users = [c for c in g.consumers(node)]
+        fq = g.add(make_node("FakeQuantWithMinMaxVars", base, [node, lo.name, hi.name],
+                             {"num_bits": 8, "narrow_range": False}, dtype=None))
+        for consumer in users:
+            refs = [fq.name if parse_input(r)[:2] == (node, 0) and not r.startswith("^") else r
+                    for r in consumer.input]
+            g.set_inputs(consumer, refs)
+        names.append((lo.name, hi.name))
+    return g.to_graph_def(), names
+
+
+def _scalar() -> Any:
+    from tensorflow.core.framework import attr_value_pb2, tensor_shape_pb2
+
+    return attr_value_pb2.AttrValue(shape=tensor_shape_pb2.TensorShapeProto())
+
+
+def _fake_quant_kernel(v: Any, how: str) -> Any:
+    """Symmetric int8 per output channel ([-127, 127], scale max|w| / 127), as TFLite does."""
+    import tensorflow as tf
+
+    shape = tf.shape(v)
+    if how == "depthwise":
+        flat = tf.reshape(v, tf.concat([shape[:2], [-1]], 0))
+    elif how == "matmul_t":
+        flat = tf.transpose(v)
+    else:
+        flat = v
+    bound = tf.stop_gradient(tf.reduce_max(tf.abs(tf.reshape(flat, [-1, tf.shape(flat)[-1]])),
+                                           axis=0))
+    bound = tf.maximum(bound, 1e-8)
+    q = tf.quantization.fake_quant_with_min_max_vars_per_channel(
+        flat, -bound, bound, num_bits=8, narrow_range=True)
+    if how == "depthwise":
+        return tf.reshape(q, shape)
+    return tf.transpose(q) if how == "matmul_t" else q
+
+
+class _Adam:
+    """Adam (Kingma and Ba) over a list of variables, each step scaled by the variable's own
+    RMS at the start (so a learning rate of 3e-4 moves a kernel and a bias by the same
+    fraction of their size, never a small tensor by more than it holds)."""
+
+    def __init__(self, variables: Sequence[Any], lr: float, b1: float = 0.9,
+                 b2: float = 0.999, eps: float = 1e-8) -> None:
+        import tensorflow as tf
+
+        self.vars, self.lr, self.b1, self.b2, self.eps = list(variables), lr, b1, b2, eps
+        self.m = [tf.zeros_like(v) for v in self.vars]
+        self.v = [tf.zeros_like(v) for v in self.vars]
+        self.size = [max(float(np.sqrt(np.mean(np.square(v.numpy())))), 1e-3)
+                     for v in self.vars]
+        self.t = 0
+
+    def apply(self, grads: Sequence[Any]) -> None:
+        import tensorflow as tf
+
+        self.t += 1
+        scale = self.lr * math.sqrt(1 - self.b2 ** self.t) / (1 - self.b1 ** self.t)
+        for k, (var, g) in enumerate(zip(self.vars, grads, strict=True)):
+            self.m[k] = self.b1 * self.m[k] + (1 - self.b1) * g
+            self.v[k] = self.b2 * self.v[k] + (1 - self.b2) * tf.square(g)
+            var.assign_sub(scale * self.size[k] * self.m[k] / (tf.sqrt(self.v[k]) + self.eps))
+
+
+def _frozen(graph_def: Any, weights: Sequence[Any], variables: Sequence[Any]) -> Any:
+    """``graph_def`` with each lifted const holding its variable's value."""
+    import tensorflow as tf
+
+    from rewriter.ir.graph import GraphDef
+
+    values = {w.name: v.numpy() for w, v in zip(weights, variables, strict=True)}
+    out = GraphDef()
+    out.CopyFrom(graph_def)
+    for node in out.node:
+        if node.name in values:
+            node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(
+                values[node.name].astype(np.dtype(tf.dtypes.as_dtype(
+                    node.attr["dtype"].type).as_numpy_dtype))))
+    return out
+
+
+# ----------------------------------------------------------------------------- the job's stage
+@dataclass
+class Recovery:
+    """``--recover`` in a job: the fine-tuning, and the artifact before and after it on the
+    held-back verification samples."""
+
+    result: RecoverResult
+    before: Any  # stages.ArtifactRun of the artifact without fine-tuning
+    after: Any  # stages.ArtifactRun of the artifact exported from the fine-tuned graph
+    float_after: Any  # metrics.Comparison: the fine-tuned float graph vs the original
+    held_back: int
+    notes: list[str] = field(default_factory=list)
+    kept: bool = True  # False: the fine-tuned artifact was no better, the first one stays
+    train_error: tuple[float, float] | None = None  # on the fine-tuning inputs, before/after
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.result.to_json(), "held_back": self.held_back, "kept": self.kept,
+                "train_error": list(self.train_error) if self.train_error else None,
+                "before": _brief(self.before), "after": _brief(self.after),
+                "float_after": _brief_cmp(self.float_after),
+                "notes": [*self.result.notes, *self.notes]}
+
+    def describe(self) -> str:
+        b, a = _brief(self.before), _brief(self.after)
+        flag = "--qat" if self.result.method == "tfmot" else "--recover"
+        parts = [f"{flag} ({self.result.epochs} epochs on {self.result.train_samples} "
+                 f"samples): on {self.held_back} held-back input(s)"]
+        if not self.kept:
+            parts[0] += " the fine-tuned artifact was no better, the first one is kept"
+        for name in a:
+            parts.append(f"{name}: cosine {b[name]['cosine']:.5f} -> {a[name]['cosine']:.5f}, "
+                         f"max abs error {b[name]['max_abs_error']:.3g} -> "
+                         f"{a[name]['max_abs_error']:.3g}")
+        return "; ".join(parts)
+
+
+def _brief(run: Any) -> dict[str, dict[str, float]]:
+    return _brief_cmp(run.comparison) if run is not None else {}
+
+
+def _brief_cmp(cmp: Any) -> dict[str, dict[str, float]]:
+    if cmp is None:
+        return {}
+    return {o.name: {"cosine": o.cosine, "max_abs_error": o.max_abs_error, "rmse": o.rmse,
+                     "max_rel_error": o.max_rel_error} for o in cmp.outputs}
+
+
+def float_comparison(reference: Mapping[str, np.ndarray], model: Model,
+                     samples: Sequence[Mapping[str, np.ndarray]]) -> Any:
+    """The fine-tuned float graph against the original: informative (it is tuned for int8, so
+    it no longer equals the original within the rules' bounds)."""
+    from rewriter.verify.metrics import compare, stack_samples
+
+    outs = stack_samples([model.run(s) for s in samples])
+    cmp = compare(reference, outs, atol=float("inf"), rtol=0.0, samples=len(samples))
+    cmp.notes.append("fine-tuned float graph vs original: informative, no pass criterion (it "
+                     "is tuned for the quantised artifact)")
+    return cmp
