@@ -112,9 +112,13 @@ def _place_one(t: str, r: dict[str, Any], baseline: bool) -> str:
         cut = r.get("cut") if baseline else (r.get("placement_after") or {}).get("cut")
         total = r.get("ops_counted") if baseline else (r.get("placement_after") or {}).get(
             "ops_total")
+        warned = r.get("might_not_map") if baseline else (r.get("placement_after") or {}).get(
+            "might_not_map")
+        n = sum(w.get("count", 0) for w in warned or [])
+        may = f", {n} might not be mapped" if n else ""
         if cut:
-            return f"cut at {cut['op']} (op {cut['mapped_before'] + 1} of {total})"
-        return f"no cut ({total} ops)"
+            return f"cut at {cut['op']} (op {cut['mapped_before'] + 1} of {total}){may}"
+        return f"no cut ({total} ops{may})"
     if baseline:
         bad = sum(u["count"] for u in r.get("unsupported", []))
         return f"{bad} rejected of {r.get('ops')}"

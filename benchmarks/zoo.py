@@ -374,6 +374,11 @@ def main(argv: list[str] | None = None) -> int:
         (args.results / "results").mkdir(parents=True, exist_ok=True)
         (args.results / "results" / "zoo.json").write_text(json.dumps(doc, indent=1, default=str))
         render_all(doc, args.results)
+    from benchmarks import stamp
+
+    # the stamp (commit, date, machine, versions, command) that benchmarks/figures.py reads
+    stamp.stamp_files([args.results / "RESULTS.md", args.results / "results" / "zoo.json"],
+                      "zoo.py", command=meta["command"])
     log(f"wrote {args.results / 'RESULTS.md'} in {meta['total_s']} s")
     return 0
 

@@ -34,10 +34,13 @@ def placement(res: dict[str, Any] | None, target: str) -> dict[str, Any]:
     if target == "edgetpu":
         text += f" (cut at {cut.get('op')})" if cut else " (no cut)"
         if warned is not None:  # older records did not keep the count: say nothing then
-            may_not = sum(int(w.get("count", 0)) for w in warned)
+            by_op: dict[str, int] = {}  # one entry per (op, warning): summed per op
+            for w in warned:
+                by_op[w["op"]] = by_op.get(w["op"], 0) + int(w.get("count", 0))
+            may_not = sum(by_op.values())
             if may_not:
                 text += f", {may_not} might not be mapped (" + ", ".join(
-                    f"{w['op']} x{w['count']}" for w in warned) + ")"
+                    f"{op} x{n}" for op, n in by_op.items()) + ")"
     return {"placed": 100.0 * on / total, "text": text, "vela_ms": None,
             "might_not_map": may_not}
 
@@ -90,6 +93,8 @@ def finished(base: dict[str, Any] | None) -> bool:
         return False
     if "file" in base:  # onnx2tf: the command line's own exit, and the file it wrote
         return bool(base["file"])
+    if "quantise" in base:  # onnx2tf before 6dc84f8: its float export, then our quantisation
+        return base["quantise"].get("exit") in (0, "0")
     return bool((base.get("result") or {}).get("ok"))
 
 
