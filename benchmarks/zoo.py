@@ -45,6 +45,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -107,6 +108,11 @@ def measured(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None
         res["result"] = None
     if proc.returncode != 0 or res["result"] is None:
         res["stderr"] = err[-1500:]
+        # the error lines of the whole stderr (its last 1500 characters may hold only the
+        # traceback of a re-raise): the first three distinct ones
+        found = [ln.strip()[:300] for ln in err.splitlines()
+                 if re.search(r"\w+(Error|Exception): ", ln)]
+        res["errors"] = list(dict.fromkeys(found))[:3]
     return res
 
 
@@ -238,7 +244,7 @@ def _onnx2tf(onnx2tf: str, case: Path, out: Path, plain_onnx: dict[str, Any],
             break
     res = dict(attempts[-1], attempts=[{k: a.get(k) for k in
                                         ("backend", "command", "exit", "seconds", "peak_rss_mb",
-                                         "stderr")} for a in attempts])
+                                         "stderr", "errors")} for a in attempts])
     # a pipeline's cost: tf2onnx then onnx2tf (one after the other), the attempt that worked
     res["pipeline_seconds"] = round(res["seconds"] + plain_onnx.get("seconds", 0), 2)
     res["pipeline_peak_rss_mb"] = max(res["peak_rss_mb"], plain_onnx.get("peak_rss_mb", 0))

@@ -134,6 +134,8 @@ def _why(base: dict[str, Any]) -> str:
                 return f": died with {signal.Signals(-code).name}"
             except ValueError:
                 return f": died with signal {-code}"
+        if step.get("errors"):  # the first error line of its whole stderr (zoo.measured)
+            return ": " + step["errors"][0][:120].replace("|", "/")
         lines = [ln.strip() for ln in str(step.get("stderr") or "").splitlines()
                  if ln.strip() and not re.match(r"^([IWEF]\d{4} |WARNING: All log messages)",
                                                 ln.strip())]

@@ -141,3 +141,15 @@ def _doc_with(case: dict) -> dict:
     doc = _doc()
     doc["results"]["Net"] = case
     return doc
+
+
+def test_the_first_error_line_of_the_whole_stderr_is_the_reason():
+    """zoo.measured keeps the error lines of the whole stderr: the first is the reason, not the
+    re-raise at the end of the kept tail (onnx2tf 2.6.9 on kws: an ONNX_LOOP custom op)."""
+    case = _doc()["results"]["Net"]
+    case["onnx2tf"]["attempts"][0]["errors"] = [
+        "RuntimeError: Encountered unresolved custom op: ONNX_LOOP.",
+        "RuntimeError: flatbuffer_direct fast path failed."]
+    assert figures(case, "edgetpu")["onnx2tf"]["text"].startswith(
+        "failed: default (flatbuffer_direct): RuntimeError: Encountered unresolved custom op: "
+        "ONNX_LOOP.; tf_converter: died with SIGKILL")
