@@ -54,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exact-only", action="store_true",
                         help="plan as `rewrite run --exact-only` does: approximate rules refused")
     parser.add_argument("--no-vela", action="store_true", help="do not run Vela (Ethos-U)")
+    from rewriter.targets.vela import add_arguments as add_vela_arguments
+
+    add_vela_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -82,8 +85,9 @@ def validate(args: argparse.Namespace) -> None:
     """Target name and model path, checked before TensorFlow is imported."""
     from rewriter.commands._common import validate_model_path
     from rewriter.targets import load_target
+    from rewriter.targets.vela import configure
 
-    load_target(args.target, args.opset)
+    configure(load_target(args.target, args.opset), args.system_config, args.memory_mode)
     validate_model_path(args.model, artifact_ok=True)
 
 
@@ -95,6 +99,9 @@ def run(args: argparse.Namespace, ui: Any) -> int:
         from rewriter.targets.artifact import read_artifact
 
         target = load_target(args.target, read_artifact(args.model).opset)  # the file's opset
+    from rewriter.targets.vela import configure
+
+    configure(target, args.system_config, args.memory_mode)
     quantize = target.resolve_quantize(args.quantize)
     result = check_model(args, target, quantize, ui)
     if ui.json_mode:
@@ -333,6 +340,10 @@ def _print(result: dict[str, Any], ui: Any) -> None:
         note = count_note(v, v.get("file_ops"))
         if note:
             ui.out(f"  note: {note}")
+        from rewriter.targets.vela import estimate_lines
+
+        for line in estimate_lines(v):
+            ui.out(f"  {line}")
         for d in result["vela_disagreements"]:
             ui.out(f"  table and Vela disagree on {d['op']} ({d['node']}): table "
                    f"{d['table']}, Vela {d['vela']} {'; '.join(d['vela_reasons'])}")

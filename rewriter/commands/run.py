@@ -72,6 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="compare outputs after every applied rule; a mismatch names the "
                         "rule and the node")
     parser.add_argument("--no-vela", action="store_true", help="do not run Vela for Ethos-U")
+    from rewriter.targets.vela import add_arguments as add_vela_arguments
+
+    add_vela_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print report.json to stdout")
     add_pixel_arguments(parser)
     r = parser.add_argument_group("winning back accuracy")
@@ -93,8 +96,10 @@ def validate(args: argparse.Namespace) -> None:
     """Target name and paths, checked before TensorFlow is imported."""
     from rewriter.commands._common import validate_data_path, validate_model_path
     from rewriter.targets import load_target
+    from rewriter.targets.vela import configure
 
     target = load_target(args.target, args.opset)
+    configure(target, args.system_config, args.memory_mode)
     if target.runtime == "tflm":
         from rewriter.verify.tflm import MISSING, tflm_available
 
@@ -112,8 +117,10 @@ def run(args: argparse.Namespace, ui: Any) -> int:
     from rewriter.host.fs import staged_output
     from rewriter.job.pipeline import JobOptions, run_job
     from rewriter.targets import load_target
+    from rewriter.targets.vela import configure
 
     target = load_target(args.target, args.opset)
+    configure(target, args.system_config, args.memory_mode)
     pixels = pixel_map(args)
     if args.epochs < 1:
         raise UserError("--epochs must be at least 1")

@@ -300,6 +300,7 @@ class ArtifactVerdict:
     check: GraphCheck
     vela: VelaResult | None = None
     disagreements: list[dict[str, Any]] = field(default_factory=list)
+    estimate: dict[str, Any] | None = None  # rewriter.targets.cost.estimate: NPU + host ms
 
     @property
     def ok(self) -> bool:
@@ -316,6 +317,8 @@ class ArtifactVerdict:
                                      "file_ops": self.check.placement()["ops_total"]}
         if self.vela.output_tflite:
             out["output_tflite"] = self.vela.output_tflite
+        if self.estimate is not None:
+            out["estimate"] = self.estimate
         return out
 
 
@@ -328,12 +331,16 @@ def vela_stage(verdict: ArtifactVerdict, target: Target, path: str | Path,
                outdir: Path | None = None) -> ArtifactVerdict:
     """Compile the file with Vela for the target's accelerator config; its placement becomes
     the verdict. A target without a Vela config is returned unchanged."""
+    from rewriter.rules import all_rules
+    from rewriter.targets.cost import estimate
     from rewriter.targets.vela import reconcile, run_vela
 
     if not target.vela_config:
         return verdict
-    vela = run_vela(str(path), target.vela_config, outdir)
-    return ArtifactVerdict(verdict.check, vela, reconcile(verdict.check, vela))
+    vela = run_vela(str(path), target.vela_config, outdir, system_config=target.system_config,
+                    memory_mode=target.memory_mode)
+    cost = estimate(vela, path, [r.name for r in all_rules()] + ["grouped_conv_split"])
+    return ArtifactVerdict(verdict.check, vela, reconcile(verdict.check, vela), cost)
 
 
 # ----------------------------------------------------------------------------- deploy

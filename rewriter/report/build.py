@@ -169,7 +169,9 @@ def summary(report: dict[str, Any], attempt: Attempt, synthetic: bool, data: str
         parts.append(f"{sum(u['count'] for u in after)} unsupported op(s) in the artifact")
     vela = attempt.deployment.verdict.vela if attempt.deployment.verdict else None
     if vela is not None:
-        parts.append(f"Vela: {vela.npu_ops} NPU / {vela.cpu_ops} CPU operators")
+        est = attempt.deployment.verdict.estimate
+        parts.append(f"Vela: {vela.npu_ops} NPU / {vela.cpu_ops} CPU operators" + (
+            f", est. {est['npu_ms']:.3f} ms NPU + {est['host_ms']:.3f} ms host" if est else ""))
     parts.append(f"rewritten TF graph {'matches' if attempt.tf.ok else 'DOES NOT match'}"
                  + _nonfinite(attempt.tf, "rewritten graph")
                  + ("" if attempt.artifact is not None else _degenerate(attempt.tf)))
@@ -340,6 +342,11 @@ def _vela_md(v: dict[str, Any] | None) -> list[str]:
     note = count_note(v, v.get("file_ops"))
     if note:
         out += ["", f"Note: {note}."]
+    from rewriter.targets.vela import estimate_lines
+
+    est = estimate_lines(v)
+    if est:
+        out += [""] + [f"- {line}" for line in est]
     for c in v.get("cpu_reasons", []):
         out.append(f"- CPU: {c['op']} ({c.get('ofm')}): {'; '.join(c.get('reasons', []))}")
     for d in v.get("disagreements_with_table", []):

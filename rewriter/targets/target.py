@@ -48,6 +48,9 @@ class Target:
         self.partitioning: str = data["partitioning"]
         self.configs: list[str] = list(data.get("configs", []))
         self.vela_config: str | None = name if self.configs else None
+        #: Vela's --system-config and --memory-mode (None: Vela's defaults); set by the CLI.
+        self.system_config: str | None = None
+        self.memory_mode: str | None = None
         self.unsupported_note: str | None = data.get("unsupported_note")
         self.ops_label: str = data.get("ops_label", "ops the target supports")
         #: The interpreter the exported .tflite is run in to prove it (ONNX: ONNX Runtime).

@@ -54,6 +54,7 @@ class VelaResult:
     time: float  # seconds Vela took
     output_tflite: str | None = None
     stdout: str = ""
+    layers: list[Any] = field(default_factory=list)  # rewriter.targets.cost.LayerCost rows
 
     @property
     def inference_time(self) -> float | None:
@@ -69,7 +70,9 @@ class VelaResult:
 
     def to_json(self) -> dict[str, Any]:
         keys = SUMMARY_METRICS
-        return {"config": self.config, "npu_ops": self.npu_ops, "cpu_ops": self.cpu_ops,
+        return {"config": self.config, "system_config": self.csv.get("system_config"),
+                "memory_mode": self.csv.get("memory_mode"),
+                "npu_ops": self.npu_ops, "cpu_ops": self.cpu_ops,
                 "cpu_reasons": [c.to_json() for c in self.cpu_reasons],
                 "summary": {k: self.csv[k] for k in keys if k in self.csv},
                 "vela_seconds": round(self.time, 2)}
@@ -112,6 +115,30 @@ def count_note(vela: dict[str, Any], file_ops: int | None) -> str | None:
             "its NPU count (it splits some ops into several and fuses others)")
 
 
+def estimate_lines(vela: dict[str, Any]) -> list[str]:
+    """What the report and ``check`` say about the estimated latency (``vela["estimate"]``)."""
+    e = vela.get("estimate")
+    if not e:
+        return []
+    host = e["host"]
+    lines = [f"Estimated latency ({e['system_config']}, {e['memory_mode']}, "
+             f"{e['core_clock_hz'] / 1e6:.0f} MHz): NPU {e['npu_ms']:.3f} ms (Vela, per layer) + "
+             f"host {e['host_ms']:.3f} ms ({host['ops']} CPU op(s); {host['model']}) = "
+             f"{e['total_ms']:.3f} ms"]
+    top = list(e["npu"]["by_op"].items())[:6]
+    if top:
+        lines.append("NPU time by operator: " + ", ".join(f"{k} {v['ms']:.3f} ms"
+                                                          for k, v in top))
+    rules = [(k, v) for k, v in e["npu"]["by_rule"].items() if k != "(no rule)"]
+    if rules:
+        lines.append("NPU time of the rules' ops: " + ", ".join(f"{k} {v['ms']:.3f} ms"
+                                                                for k, v in rules))
+    if host["by_op"]:
+        lines.append("host time by operator: " + ", ".join(
+            f"{k} {v['ms']:.3f} ms" for k, v in list(host["by_op"].items())[:6]))
+    return lines
+
+
 def parse_stdout(text: str) -> tuple[int | None, int | None, list[CpuOp]]:
     """(npu_ops, cpu_ops, per-op CPU reasons) from Vela's console output."""
     counts = {m.group(1): int(m.group(2)) for m in _COUNT.finditer(text)}
@@ -141,12 +168,18 @@ def parse_summary_csv(path: Path) -> dict[str, str]:
 
 
 def run_vela(tflite_path: str | Path, config: str, outdir: str | Path | None = None,
-             extra_args: list[str] | None = None) -> VelaResult:
+             extra_args: list[str] | None = None, system_config: str | None = None,
+             memory_mode: str | None = None) -> VelaResult:
     """Compile ``tflite_path`` for ``config`` (e.g. ``ethos-u55-128``) and parse the result.
 
-    ``outdir`` receives ``<net>_vela.tflite`` and the summary CSV (a temp dir when None).
+    ``system_config`` and ``memory_mode`` are passed to Vela (``--system-config``,
+    ``--memory-mode``; None: Vela's defaults, which its summary CSV names). Vela runs with
+    ``--verbose-performance``: its per-layer CSV becomes ``layers``.
+    ``outdir`` receives ``<net>_vela.tflite`` and the CSVs (a temp dir when None).
     Raises :class:`UserError` when Vela fails on the file.
     """
+    from rewriter.targets.cost import parse_per_layer_csv
+
     src = Path(tflite_path)
     if not src.is_file():
         raise UserError(f"no such file: {src}")
@@ -154,7 +187,9 @@ def run_vela(tflite_path: str | Path, config: str, outdir: str | Path | None = N
         out = Path(outdir) if outdir is not None else Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
         cmd = [*VELA, str(src.resolve()), "--accelerator-config", config,
-               "--output-dir", str(out.resolve()), *(extra_args or [])]
+               "--output-dir", str(out.resolve()), "--verbose-performance",
+               *(["--system-config", system_config] if system_config else []),
+               *(["--memory-mode", memory_mode] if memory_mode else []), *(extra_args or [])]
         start = time.perf_counter()
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S,
@@ -170,9 +205,25 @@ def run_vela(tflite_path: str | Path, config: str, outdir: str | Path | None = N
         summaries = sorted(out.glob(f"{src.stem}_summary_*.csv"))
         summary = parse_summary_csv(summaries[0]) if summaries else {}
         compiled = out / f"{src.stem}_vela.tflite"
+        per_layer = out / f"{src.stem}_per-layer.csv"
+        layers = parse_per_layer_csv(per_layer) if per_layer.exists() else []
         return VelaResult(config, npu, cpu, reasons, summary, elapsed,
                           str(compiled) if outdir is not None and compiled.exists() else None,
-                          text)
+                          _without_tables(text), layers)
+
+
+def _without_tables(text: str) -> str:
+    """Vela's console output without the per-layer table ``--verbose-performance`` prints (it is
+    parsed from the CSV; kept, it would be thousands of lines)."""
+    keep, skip = [], False
+    for line in text.splitlines():
+        if line.startswith("Performance for NPU"):
+            skip = True
+        elif skip and line.startswith("Network summary"):
+            skip = False
+        if not skip:
+            keep.append(line)
+    return "\n".join(keep)
 
 
 # ----------------------------------------------------------------------------- supported ops
@@ -207,6 +258,52 @@ def supported_ops_report() -> dict[str, list[str]]:
         if proc.returncode != 0 or not report.exists():
             raise UserError(f"vela --supported-ops-report failed: {proc.stderr.strip()[-200:]}")
         return parse_supported_ops(report.read_text())
+
+
+def vela_ini_sections() -> dict[str, list[str]]:
+    """The system configs and memory modes of the Vela configuration file Vela uses by default
+    (``ethosu/config_files/Arm/vela.ini``): ``{"System_Config": [...], "Memory_Mode": [...]}``;
+    empty lists when Vela is not installed."""
+    import importlib.util
+
+    out: dict[str, list[str]] = {"System_Config": [], "Memory_Mode": []}
+    spec = importlib.util.find_spec("ethosu")
+    if spec is None or not spec.submodule_search_locations:
+        return out
+    ini = Path(list(spec.submodule_search_locations)[0]) / "config_files" / "Arm" / "vela.ini"
+    if ini.is_file():
+        for m in re.finditer(r"^\[(System_Config|Memory_Mode)\.([^\]]+)\]", ini.read_text(), re.M):
+            out[m.group(1)].append(m.group(2))
+    return out
+
+
+def configure(target: Any, system_config: str | None, memory_mode: str | None) -> None:
+    """Set the target's Vela ``--system-config``/``--memory-mode``; :class:`UserError` naming
+    the choices when Vela's configuration file has no such section, or the target is no
+    Ethos-U."""
+    if not system_config and not memory_mode:
+        return
+    if not target.vela_config:
+        raise UserError(f"--system-config/--memory-mode apply to Ethos-U targets (Vela); "
+                        f"{target.name} has no Vela")
+    known = vela_ini_sections()
+    for value, key, flag in ((system_config, "System_Config", "--system-config"),
+                             (memory_mode, "Memory_Mode", "--memory-mode")):
+        if value and known[key] and value not in known[key]:
+            raise UserError(f"{flag} {value}: not in Vela's vela.ini; choose one of "
+                            f"{', '.join(known[key])}")
+    target.system_config, target.memory_mode = system_config, memory_mode
+
+
+def add_arguments(parser: Any) -> None:
+    """``--system-config`` and ``--memory-mode``, passed through to Vela."""
+    g = parser.add_argument_group("Ethos-U (Vela)")
+    g.add_argument("--system-config", metavar="NAME",
+                   help="Vela system configuration (vela.ini), e.g. Ethos_U55_Deep_Embedded; "
+                        "default Vela's (Ethos_U55_High_End_Embedded for U55)")
+    g.add_argument("--memory-mode", metavar="NAME",
+                   help="Vela memory mode (vela.ini), e.g. Sram_Only, Shared_Sram, "
+                        "Dedicated_Sram; default Vela's")
 
 
 def vela_version() -> str:

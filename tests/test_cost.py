@@ -1,0 +1,87 @@
+"""Estimated latency on Ethos-U: Vela's per-layer cycles for the NPU part, a documented lower
+bound for the ops Vela leaves on the host, Vela's --system-config/--memory-mode passed through."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rewriter.errors import UserError
+from rewriter.targets import load_target
+from rewriter.targets.cost import (
+    FLOAT_ELEMENTS_PER_CYCLE,
+    INT8_MACS_PER_CYCLE,
+    LayerCost,
+    _host_cost,
+    estimate,
+    npu_breakdown,
+)
+from rewriter.targets.vela import configure, estimate_lines, run_vela
+from tests.test_artifact import conv_elu_int8  # noqa: F401  (module fixture)
+
+pytest.importorskip("ethosu.vela")
+
+
+def _t(shape, dtype=np.int8, name="t"):
+    return {"shape": np.array(shape), "dtype": dtype, "name": name}
+
+
+def test_host_model_counts_macs_and_elements():
+    conv = _host_cost("CONV_2D", [_t([1, 8, 8, 16]), _t([32, 3, 3, 16])], [_t([1, 8, 8, 32])])
+    assert conv["macs"] == 8 * 8 * 32 * 3 * 3 * 16
+    assert conv["cycles"] == conv["macs"] // INT8_MACS_PER_CYCLE
+    dw = _host_cost("DEPTHWISE_CONV_2D", [_t([1, 8, 8, 16]), _t([1, 3, 3, 16])],
+                    [_t([1, 8, 8, 16])])
+    assert dw["macs"] == 8 * 8 * 16 * 9
+    elu = _host_cost("ELU", [_t([1, 8, 8, 16], np.float32)], [_t([1, 8, 8, 16], np.float32)])
+    assert elu["float"] and elu["macs"] == 0
+    assert elu["cycles"] == 8 * 8 * 16 // FLOAT_ELEMENTS_PER_CYCLE
+    mean = _host_cost("MEAN", [_t([1, 16, 16, 8]), _t([1], np.int32)], [_t([1, 16, 16, 1])])
+    assert mean["elements"] == 16 * 16 * 8  # the input it reads, not the output it writes
+
+
+def test_npu_breakdown_attributes_rows_to_rules_by_name():
+    rows = [LayerCost("Conv2D", "Conv2D", "NPU", 1000, 10, "m/conv/BiasAdd"),
+            LayerCost("Mul", "Mul", "NPU", 300, 0, "m/ln/layernorm_decompose/mul"),
+            LayerCost("Add", "Add", "NPU", 200, 0, "m/ln/layernorm_decompose/add;m/x")]
+    b = npu_breakdown(rows, 1e6, ["layernorm_decompose", "gelu_tanh"])
+    assert b["cycles"] == 1500 and b["ms"] == 1.5
+    assert b["by_rule"]["layernorm_decompose"]["cycles"] == 500
+    assert b["by_rule"]["(no rule)"]["cycles"] == 1000
+    assert list(b["by_op"]) == ["Conv2D", "Mul", "Add"]
+
+
+def test_estimate_on_a_file_vela_splits_between_npu_and_host(conv_elu_int8):  # noqa: F811
+    res = run_vela(conv_elu_int8, "ethos-u55-128")
+    est = estimate(res, conv_elu_int8)
+    assert est is not None and res.layers
+    # the per-layer cycles add up to Vela's own total: the same estimate, broken down
+    assert est["npu"]["cycles"] == int(float(res.csv["cycles_total"]))
+    assert est["npu_ms"] == pytest.approx(res.inference_time * 1e3, rel=1e-3)
+    assert est["host"]["ops"] == res.cpu_ops
+    assert "ELU" in est["host"]["by_op"] and est["host_ms"] > 0
+    assert est["total_ms"] == pytest.approx(est["npu_ms"] + est["host_ms"], abs=1e-3)
+    assert est["system_config"] == "Ethos_U55_High_End_Embedded"  # Vela's default
+    text = "\n".join(estimate_lines({"estimate": est}))
+    assert "NPU" in text and "host" in text and "ELU" in text
+
+
+def test_system_config_and_memory_mode_reach_vela(conv_elu_int8):  # noqa: F811
+    target = load_target("ethos-u55-128")
+    configure(target, "Ethos_U55_Deep_Embedded", "Sram_Only")
+    res = run_vela(conv_elu_int8, target.vela_config, system_config=target.system_config,
+                   memory_mode=target.memory_mode)
+    est = estimate(res, conv_elu_int8)
+    assert (est["system_config"], est["memory_mode"]) == ("Ethos_U55_Deep_Embedded", "Sram_Only")
+    assert est["core_clock_hz"] == 200e6
+    default = estimate(run_vela(conv_elu_int8, "ethos-u55-128"), conv_elu_int8)
+    assert est["npu_ms"] > default["npu_ms"]  # 200 MHz against the default's 500 MHz
+
+
+def test_configure_refuses_unknown_names_and_other_targets():
+    with pytest.raises(UserError, match="choose one of .*Ethos_U55_Deep_Embedded"):
+        configure(load_target("ethos-u55-128"), "Ethos_U55_Nope", None)
+    with pytest.raises(UserError, match="Sram_Only"):
+        configure(load_target("ethos-u55-128"), None, "Nope")
+    with pytest.raises(UserError, match="Ethos-U targets"):
+        configure(load_target("edgetpu"), "Ethos_U55_Deep_Embedded", None)
