@@ -44,3 +44,30 @@ def test_int8_has_no_float_island_and_the_same_error():
     assert [o for o, dt in ops_after if dt == "float32"] == ["DEQUANTIZE"]
     assert "NEG" not in {o for o, _ in ops_after}
     assert err_after <= 0.01 and err_after <= err_before + 1e-3
+
+
+def test_in_a_plan_it_rewrites_only_the_negs_the_target_lacks(tmp_path):
+    """A Keras 3 LayerNorm (its Neg stays float in int8: Ethos-U lacks it) and GELU (its Neg is
+    absorbed into the converter's GELU, which Ethos-U runs): the plan fixes the LayerNorm and
+    leaves the GELU whole, so no erf polynomial replaces a GELU the NPU runs as one LUT
+    (ConvNeXtTiny 96x96, Vela ethos-u55-128: 165.9 -> 87.4 ms)."""
+    import keras
+
+    from rewriter.frontends import load_model
+    from rewriter.planner import plan_and_apply
+    from rewriter.targets import load_target
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8, 8, 16))
+    x = keras.layers.LayerNormalization(epsilon=1e-6)(keras.layers.Conv2D(16, 1)(inp))
+    out = keras.layers.Activation("gelu")(keras.layers.Dense(16)(x))
+    keras.Model(inp, out).save(tmp_path / "ln_gelu.keras")
+    model = load_model(tmp_path / "ln_gelu.keras")
+    gelu_negs = {n.name for n in model.graph_def.node if n.op == "Neg" and "gelu" in n.name.lower()}
+    assert gelu_negs
+    plan, result = plan_and_apply(model, load_target("ethos-u55-128"), "int8")
+    applied = {a["rule"] if isinstance(a, dict) else a.rule for a in result.applied}
+    assert "erf_poly" not in applied and not any(r.startswith("gelu_") for r in applied)
+    left = {n.name for n in result.model.graph_def.node if n.op == "Neg"}
+    assert gelu_negs <= left  # the GELU's Neg untouched
+    assert not plan.unfixable
