@@ -54,7 +54,7 @@ def test_in_a_plan_it_rewrites_only_the_negs_the_target_lacks(tmp_path):
     import keras
 
     from rewriter.frontends import load_model
-    from rewriter.planner import plan_and_apply
+    from rewriter.rewrite.planner import plan_and_apply
     from rewriter.targets import load_target
 
     keras.utils.set_random_seed(0)
