@@ -85,3 +85,18 @@ def test_configure_refuses_unknown_names_and_other_targets():
         configure(load_target("ethos-u55-128"), None, "Nope")
     with pytest.raises(UserError, match="Ethos-U targets"):
         configure(load_target("edgetpu"), "Ethos_U55_Deep_Embedded", None)
+
+
+def test_edgetpu_model_counts_ops_before_the_cut_and_their_parameters(conv_elu_int8):  # noqa: F811
+    from rewriter.job.stages import check_artifact
+    from rewriter.targets.cost import EDGETPU_PARAMETER_CACHE
+
+    verdict = check_artifact(load_target("edgetpu"), conv_elu_int8)
+    est = verdict.estimate
+    assert verdict.check.cut is not None  # the float ELU cuts the graph
+    assert est["ops_on_edgetpu"] == verdict.check.cut["mapped_before"]
+    assert est["ops_on_edgetpu"] + est["ops_on_cpu"] == sum(
+        c["edgetpu"] + c["cpu"] for c in est["by_op"].values())
+    assert est["ops_on_cpu"] >= 1 and est["by_op"]["ELU"]["edgetpu"] == 0
+    assert 0 < est["parameter_bytes"] < EDGETPU_PARAMETER_CACHE
+    assert est["streamed_bytes_per_inference"] == 0

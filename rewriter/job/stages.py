@@ -323,8 +323,15 @@ class ArtifactVerdict:
 
 
 def check_artifact(target: Target, path: str | Path) -> ArtifactVerdict:
-    """The op table on the exported file."""
-    return ArtifactVerdict(target.check_artifact(str(path)))
+    """The op table on the exported file (for the Edge TPU with its documented cost model:
+    :func:`rewriter.targets.cost.edgetpu_estimate`)."""
+    check = target.check_artifact(str(path))
+    estimate = None
+    if target.partitioning == "cut-at-first" and target.artifact == "tflite":
+        from rewriter.targets.cost import edgetpu_estimate
+
+        estimate = edgetpu_estimate(path, check)
+    return ArtifactVerdict(check, estimate=estimate)
 
 
 def vela_stage(verdict: ArtifactVerdict, target: Target, path: str | Path,

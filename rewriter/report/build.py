@@ -94,6 +94,8 @@ def _deployment_report(deployment: Deployment, why: dict[str, str]) -> dict[str,
     vela = verdict.vela_json()
     if vela is not None:
         out["vela"] = vela
+    elif verdict.estimate is not None:  # the Edge TPU's documented model
+        out["edgetpu_estimate"] = verdict.estimate
     out["unsupported_after"] = with_fixes(verdict.check.unsupported_summary(), {}, why)
     out["placement_after"] = verdict.check.placement()
     return out
@@ -277,6 +279,7 @@ def render_markdown(r: dict[str, Any]) -> str:
         lines += ["", "## First divergence (intermediate tensors)", "", div["summary"] + "."]
     lines += _placement_md(r)
     lines += _vela_md(r.get("vela"))
+    lines += _edgetpu_md(r.get("edgetpu_estimate"))
     if r.get("artifact_ops"):
         lines += ["", "## Ops in the exported artifact", "",
                   ", ".join(f"{k} x{v}" for k, v in _hist(r["artifact_ops"]).items())]
@@ -326,6 +329,17 @@ def _placement_md(r: dict[str, Any]) -> list[str]:
         out += ["", "Mapped, but the target's documentation says they might not be:", ""]
         out += [f"- {w['count']} x {w['warning']}" for w in warned]
     return out
+
+
+def _edgetpu_md(e: dict[str, Any] | None) -> list[str]:
+    if not e:
+        return []
+    return ["", "## Edge TPU cost (documented model)", "",
+            f"{e['ops_on_edgetpu']} ops on the Edge TPU, {e['ops_on_cpu']} on the CPU; parameters "
+            f"of the mapped ops {e['parameter_bytes'] / 2**20:.2f} MiB against the "
+            f"{e['parameter_cache_bytes'] / 2**20:.0f} MiB on-chip cache: "
+            f"{e['streamed_bytes_per_inference'] / 2**20:.2f} MiB stream from the host per "
+            f"inference ({e['model']})."]
 
 
 def _vela_md(v: dict[str, Any] | None) -> list[str]:

@@ -163,3 +163,49 @@ def estimate(vela: Any, tflite_path: str | Path, rules: list[str] | None = None
             "memory_mode": vela.csv.get("memory_mode"),
             "core_clock_hz": clock, "npu_ms": npu["ms"], "host_ms": host["ms"],
             "total_ms": round(npu["ms"] + host["ms"], 6), "npu": npu, "host": host}
+
+
+# ----------------------------------------------------------------------------- Edge TPU
+#: coral.ai/docs/edgetpu/compiler, "Parameter data caching": "The Edge TPU has roughly 8 MB of
+#: SRAM that can cache the model's parameter data"; what does not fit streams from the host
+#: memory on every inference ("off-chip memory").
+EDGETPU_PARAMETER_CACHE = 8 * 2**20
+
+
+def edgetpu_estimate(tflite_path: str | Path, check: Any) -> dict[str, Any]:
+    """The Edge TPU's documented cost model for a file and the table's verdict on it: ops
+    mapped before the cut and after it (on the CPU), the parameter bytes (constant tensors) of
+    the mapped ops against the on-chip parameter cache, and what would stream from the host
+    every inference; per-op counts on and off the chip."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    interp = Interpreter(model_path=str(tflite_path),
+                         experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    tensors = {t["index"]: t for t in interp.get_tensor_details()}
+    ops = interp._get_ops_details()  # the only op listing LiteRT offers
+    produced = {i for op in ops for i in op.get("outputs", [])}
+    inputs = {d["index"] for d in interp.get_input_details()}
+    verdicts = [v for v in check.verdicts if v.placement != "none"]
+    on_chip = [v.placement == "accelerator" for v in verdicts]
+    if len(on_chip) != len(ops):  # the table folded some: count by position up to the cut
+        mapped = (check.cut or {}).get("mapped_before", len(ops)) if check.cut else len(ops)
+        on_chip = [i < mapped for i in range(len(ops))]
+    params = 0
+    counts: dict[str, dict[str, int]] = {}
+    for op, chip in zip(ops, on_chip, strict=True):
+        where = "edgetpu" if chip else "cpu"
+        counts.setdefault(op["op_name"], {"edgetpu": 0, "cpu": 0})[where] += 1
+        if not chip:
+            continue
+        for i in op.get("inputs", []):
+            t = tensors.get(i)
+            if t is None or i in produced or i in inputs:
+                continue
+            params += int(np.prod(t["shape"])) * np.dtype(t["dtype"]).itemsize
+    streamed = max(0, params - EDGETPU_PARAMETER_CACHE)
+    return {"ops_on_edgetpu": sum(on_chip), "ops_on_cpu": len(ops) - sum(on_chip),
+            "parameter_bytes": params, "parameter_cache_bytes": EDGETPU_PARAMETER_CACHE,
+            "streamed_bytes_per_inference": streamed, "by_op": counts,
+            "model": "ops before the compiler's cut run on the Edge TPU; parameters beyond its "
+                     "~8 MB on-chip cache stream from the host every inference "
+                     "(coral.ai/docs/edgetpu/compiler)"}
