@@ -538,7 +538,7 @@ def test_interrupt_before_the_supervised_child_exists_reaches_it(monkeypatch):
         os.kill(os.getpid(), signal.SIGINT)  # lands before the child exists
         return real([sys.executable, "-c", child], **kwargs)
 
-    monkeypatch.setattr(supervise.subprocess, "Popen", popen)
+    monkeypatch.setattr(subprocess, "Popen", popen)
     start = time.monotonic()
     assert supervise.supervise(["check", "model.keras"]) == 2
     assert time.monotonic() - start < 30

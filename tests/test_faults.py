@@ -224,3 +224,179 @@ def test_two_jobs_writing_one_directory_are_refused_naming_name(cli, dense_keras
     assert code == 2
     assert "two jobs write dense-tflite/" in _error_line(err) and "`name`" in err
     assert not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------- process trees
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie waiting for init to reap it does not run)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            found.add(c)
+            todo.append(c)
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _wait_for(what: str, predicate, proc: subprocess.Popen, timeout: float = 300):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        assert proc.poll() is None, f"the job ended ({proc.returncode}) before {what}"
+        time.sleep(0.05)
+    raise AssertionError(f"no {what} within {timeout} s")
+
+
+def _previous_run(out: Path) -> dict[str, bytes]:
+    """OUT as a finished earlier run left it (its marker and a report)."""
+    out.mkdir()
+    (out / ".rewriter.json").write_text('{"written_by": "rewriter", "command": "run"}\n')
+    (out / "report.json").write_text('{"previous": true}\n')
+    return {p.name: p.read_bytes() for p in out.iterdir()}
+
+
+def _start(*args: object, env: dict[str, str] | None = None) -> subprocess.Popen:
+    full = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.Popen([sys.executable, "-m", "rewriter", *map(str, args)], env=full,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture(scope="module")
+def conv_keras(tmp_path_factory) -> Path:
+    import keras
+
+    inp = keras.Input((6, 6, 3), name="image")
+    x = keras.layers.Conv2D(4, 3, padding="same", name="conv")(inp)
+    out = keras.layers.Dense(2, name="head")(keras.layers.GlobalAveragePooling2D()(x))
+    path = tmp_path_factory.mktemp("conv") / "conv.keras"
+    keras.Model(inp, out).save(path)
+    return path
+
+
+def test_kill_9_of_rewrite_mid_run_leaves_no_process_and_the_previous_out(conv_keras, tmp_path):
+    """kill -9 of the supervising `rewrite` while its job works: 5 s later no process of the
+    job runs, and OUT holds the previous run (the job did not finish and swap its own in)."""
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    before = _previous_run(out)
+    proc = _start("run", conv_keras, "--target", "tflite", "-o", out)
+    _wait_for("staging directory", lambda: list(tmp_path.glob(".out.staging-*")), proc)
+    tree = _descendants(proc.pid)
+    assert any("rewriter.cli" in _cmdline(p) for p in tree), [_cmdline(p) for p in tree]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    time.sleep(5)
+    assert [(p, _cmdline(p)) for p in tree if _alive(p)] == []
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    # what SIGKILL cannot clean (the staging directory) the next writer removes under the lock
+    from rewriter.host.fs import staged_output
+
+    with staged_output(out, command="run") as stage:
+        stage.discard()
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+#: Loaded by every Python process of the job (sitecustomize): Vela announces itself in $VELA_STARTED
+#: and then takes 10 minutes, so a test can signal the job while Vela runs.
+_SLOW_VELA = """
+import os, time
+if b"ethosu.vela" in open("/proc/self/cmdline", "rb").read():
+    with open(os.environ["VELA_STARTED"], "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(600)
+"""
+
+
+def test_sigterm_during_vela_stops_vela_and_cleans_lock_and_staging(conv_keras, tmp_path):
+    """SIGTERM to `rewrite` while Vela runs: exit 2 'interrupted', and 10 s later Vela and the
+    job are gone, no .OUT.lock or .OUT.staging-* is left beside OUT, OUT is the previous run."""
+    import signal
+    import time
+
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_SLOW_VELA)
+    started = tmp_path / "vela.pid"
+    out = tmp_path / "out"
+    before = _previous_run(out)
+    proc = _start("run", conv_keras, "--target", "ethos-u55-128", "-o", out,
+                  env={"PYTHONPATH": os.pathsep.join([str(hook), str(ROOT)]),
+                       "VELA_STARTED": str(started)})
+    _wait_for("Vela", started.is_file, proc, timeout=600)
+    vela = int(_wait_for("Vela's pid", started.read_text, proc))
+    tree = _descendants(proc.pid)
+    assert vela in tree
+    os.kill(proc.pid, signal.SIGTERM)
+    time.sleep(10)
+    assert proc.poll() == 2, proc.stderr.read() if proc.poll() is not None else "still running"
+    assert "error: interrupted" in proc.stderr.read()
+    assert [(p, _cmdline(p)) for p in tree if _alive(p)] == []
+    assert sorted(os.listdir(tmp_path)) == ["hook", "out", "vela.pid"]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_a_job_whose_parent_is_gone_swaps_nothing(tmp_path, monkeypatch):
+    """Right before the swap the job checks that the process that started it still lives."""
+    from rewriter.errors import UserError
+    from rewriter.host.fs import staged_output
+    from rewriter.host import child
+
+    out = tmp_path / "out"
+    before = _previous_run(out)
+    monkeypatch.setattr(child, "_started_by", "1")  # started by a pid that is not our parent
+    with pytest.raises(UserError, match="started this job is gone"), \
+            staged_output(out, command="run") as stage:
+        (stage.path / "report.json").write_text("new")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_a_child_dies_with_its_parent_even_by_sigkill(tmp_path):
+    """rewriter.host.child.start: a process started by a process killed with SIGKILL dies too
+    (PR_SET_PDEATHSIG), its death by signal is said by name."""
+    import signal
+    import time
+
+    from rewriter.host import child
+
+    script = ("import sys, time\nfrom rewriter.host import child\n"
+              "p = child.start([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+              "print(p.pid, flush=True)\ntime.sleep(120)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    grandchild = int(parent.stdout.readline())
+    assert _alive(grandchild)
+    parent.kill()
+    parent.wait()
+    time.sleep(1)
+    assert not _alive(grandchild)
+    assert child.describe(-signal.SIGKILL) == "died with SIGKILL"
+    assert child.run([sys.executable, "-c", "import time; time.sleep(60)"], timeout=1).timed_out

@@ -6,7 +6,8 @@ own, with its output in ``DIR/logs/<name>.log``; it measures the wall time and t
 the whole process tree (:class:`rewriter.host.procmem.TreeMeter`: the supervisor and the job, which
 converts in-process, with Vela or TFLite Micro when they run) and reads the ``report.json`` the
 job wrote. It returns a plain dict, so it is the same function on this machine
-(:class:`LocalPool`, threads each waiting on one process) and on a Ray cluster
+(:class:`LocalPool`, threads each waiting on one process; each job is started by
+:func:`rewriter.host.child.start` in a process group of its own and dies with the batch) and on a Ray cluster
 (:mod:`rewriter.batch.ray_pool`).
 
 The local pool runs at most ``workers`` jobs at once and starts another only while the machine
@@ -31,6 +32,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
+from rewriter.host import child
 from rewriter.host.procmem import TreeMeter, available_mb
 
 #: Environment variables that bound a job's threads (TensorFlow, oneDNN/OpenMP, BLAS).
@@ -72,8 +74,8 @@ def run_one(spec: dict[str, Any], meter: TreeMeter | None = None,
     with open(log, "wb") as fh:
         fh.write(("$ rewrite run " + " ".join(spec["argv"]) + f" -o {out} -q\n").encode())
         fh.flush()
-        proc = subprocess.Popen(cmd, cwd=spec["cwd"], env=job_env(spec), stdin=subprocess.DEVNULL,
-                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = child.start(cmd, new_group=True, cwd=spec["cwd"], env=job_env(spec),
+                           stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT)
         meter.watch(proc.pid)
         if started is not None:
             started(proc)
@@ -119,14 +121,7 @@ def _last_error(log: Path) -> str:
 
 def stop(proc: subprocess.Popen, grace: float = GRACE_SECONDS) -> None:
     """SIGINT to the job's process group (it removes its staging directory), then SIGKILL."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGINT)
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    child.stop(proc, grace=max(grace, 0.01), first=signal.SIGINT)
 
 
 class LocalPool:
@@ -180,8 +175,7 @@ class LocalPool:
         with self._memory:
             running = [p for p in self._running.values() if p is not None]
         for proc in running:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGINT)
+            child.send(proc, signal.SIGINT)
         deadline = time.monotonic() + GRACE_SECONDS
         for f, spec in futures.items():
             if f.cancelled():

@@ -6,7 +6,8 @@
   atomic exchange on Linux, ``renameat2(RENAME_EXCHANGE)``), so ``OUT`` holds one complete run or
   the previous one. A lock (``flock`` on ``.OUT.lock``, released by the kernel if the process
   dies) refuses a second writer; ``OUT`` is created only when the run finishes, and directories
-  created on the way are removed again when it fails. ``-o`` equal to, inside or containing an
+  created on the way are removed again when it fails; a job whose supervising ``rewrite``
+  process has died swaps nothing in. ``-o`` equal to, inside or containing an
   input is refused, and so is an existing directory holding files rewriter did not write.
 * Modes follow the umask (``mkstemp``/``mkdtemp`` alone would make them 0600/0700).
 """
@@ -214,6 +215,7 @@ def staged_output(out: str | os.PathLike, inputs: Iterable[Any] = (),
                 raise _Discarded
             _write_marker(stage.path, command)
             _check_replaceable(final, shown, tuple(owned))  # still true under the lock
+            _check_parent(shown)
             replace_dir(stage.path, final)
     except BaseException as exc:
         if stage is not None:
@@ -223,6 +225,16 @@ def staged_output(out: str | os.PathLike, inputs: Iterable[Any] = (),
                 parent.rmdir()
         if not isinstance(exc, _Discarded):
             raise
+
+
+def _check_parent(shown: str) -> None:
+    """A job whose supervisor is gone (killed: its result is no longer wanted) swaps nothing
+    into OUT; checked right before the swap (:func:`rewriter.host.child.parent_gone`)."""
+    from rewriter.host.child import parent_gone
+
+    if parent_gone():
+        raise UserError(f"the rewrite process that started this job is gone: -o {shown} is "
+                        "left as it was")
 
 
 class _Discarded(Exception):

@@ -3,7 +3,8 @@
 The TFLite converter dies by SIGSEGV/SIGABRT on some inputs (measured on TF 2.21: an Inf or a
 ~1e38 weight, an Inf in calibration data), and a signal cannot be caught in the process it
 kills. So the converters run in a worker: ``python -m rewriter.host.isolate LOG`` (spawned, never
-forked: TensorFlow is not fork-safe), started on first use and reused for the rest of the process
+forked: TensorFlow is not fork-safe; started by :func:`rewriter.host.child.start`, so it dies
+with its parent), started on first use and reused for the rest of the process
 (TensorFlow is imported once). :func:`call` writes a request directory (``payload.json`` and
 files), sends its path to the worker, and the worker runs ``module:function(directory)`` and
 answers with one JSON line. The worker's stdout/stderr (converter diagnostics) and faulthandler's
@@ -33,7 +34,6 @@ import importlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from rewriter.errors import InternalError, UserError
+from rewriter.host import child
 
 _lock = threading.Lock()
 _worker: _Worker | None = None
@@ -55,12 +56,10 @@ class _Worker:
         self.dir = Path(tempfile.mkdtemp(prefix="rewriter-worker-"))
         self.log = self.dir / "worker.log"
         env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
         env.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
         env.pop("REWRITER_SUPERVISOR_DIR", None)
-        self.proc = subprocess.Popen(
+        self.proc = child.start(  # dies with this process, even mid-conversion
             [sys.executable, "-m", "rewriter.host.isolate", str(self.log)], env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             text=True, bufsize=1)
@@ -87,9 +86,8 @@ class _Worker:
         try:
             code = self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait()
-        how = f"died with {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
+            code = child.stop(self.proc)
+        how = child.describe(code)
         log = _keep(self.log, f"the {stage} worker {how}")
         shutil.rmtree(self.dir, ignore_errors=True)
         return InternalError(f"{stage} {how} (a crash in the converter, not in your model's "
@@ -102,16 +100,8 @@ class _Worker:
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            child.stop(self.proc)
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _signal_name(sig: int) -> str:
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return f"signal {sig}"
 
 
 def _keep(log: Path, headline: str) -> str:

@@ -29,7 +29,6 @@ import faulthandler
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import traceback
@@ -55,29 +54,23 @@ def should_supervise() -> bool:
 
 
 def supervise(argv: list[str]) -> int:
-    """Run ``rewrite ARGV`` in a child process and turn a death by signal into exit 2 or 3."""
+    """Run ``rewrite ARGV`` in a child process and turn a death by signal into exit 2 or 3.
+
+    The child dies with this process (:func:`rewriter.host.child.start`): after ``kill -9`` of
+    ``rewrite`` nothing of the job runs on, and nothing is swapped into OUT."""
+    from rewriter.host import child
+
     work = tempfile.mkdtemp(prefix="rewriter-run-")
-    env = dict(os.environ)
+    env = child.python_env()
     env[ENV_DIR] = work
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    # The terminal sends Ctrl-C to both; the child handles it. SIGTERM is passed on. A signal
-    # that comes before the child exists is held and passed on once it does (SIG_IGN cannot be
-    # set before: the child would inherit it).
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    pending: list[int] = []
-    for sig in previous:
-        signal.signal(sig, lambda sig, _frame: pending.append(sig))
-    try:
-        proc = subprocess.Popen([sys.executable, "-m", "rewriter.cli", *argv], env=env)
+    # The terminal sends Ctrl-C to both; the child handles it. SIGTERM and SIGHUP are passed on.
+    # A signal that comes before the child exists is held and passed on once it does (SIG_IGN
+    # cannot be set before: the child would inherit it).
+    with child.forwarding((signal.SIGINT, signal.SIGTERM, signal.SIGHUP)) as forward:
+        proc = child.start([sys.executable, "-m", "rewriter.cli", *argv], env=env)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, lambda sig, _frame: proc.send_signal(sig))
-        for sig in pending:
-            proc.send_signal(sig)
+        forward.attach(proc)
         code = proc.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     if code >= 0:
         shutil.rmtree(work, ignore_errors=True)
         return code
@@ -133,6 +126,8 @@ def keep_log(text: str, kind: str) -> str:
 def attach() -> None:
     """In a supervised child: native fd 2 and fatal-signal stack dumps go to the log, Python's
     ``sys.stderr`` stays on the terminal, stages go to the stage file."""
+    import rewriter.host.child  # noqa: F401 - takes its parent's pid out of the environment
+
     work = Path(os.environ.pop(ENV_DIR))
     log = open(work / _NATIVE_LOG, "ab", buffering=0)  # noqa: SIM115 - lives as long as the run
     sys.stderr.flush()
@@ -142,6 +137,14 @@ def attach() -> None:
     faulthandler.enable(file=log, all_threads=True)
     _state.update(stage_file=work / _STAGE, log=log)
     set_stage("starting")
+    # SIGTERM and SIGHUP end the job as Ctrl-C does: the staging directory and the lock beside
+    # OUT are removed and children are stopped on the way out (exit 2, "interrupted").
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
+
+
+def _interrupt(sig: int, _frame: Any) -> None:
+    raise KeyboardInterrupt(_signal_name(sig))
 
 
 def supervised() -> bool:

@@ -1,6 +1,7 @@
 """Run Arm's Vela compiler on a ``.tflite`` and parse where it placed each op.
 
-Vela is run in a subprocess (``python -m ethosu.vela``) with ``--accelerator-config``; its
+Vela is run in a child process (``python -m ethosu.vela``, started by
+:func:`rewriter.host.child.run`: it dies with the job, and a timeout or an interrupt kills it) with ``--accelerator-config``; its
 stdout gives ``CPU operators = N (x%)`` / ``NPU operators = N (x%)`` and, per op left on the CPU,
 ``Warning (supported operators) operator: OP, ofm: 'name'`` followed by ``Reason: ...`` lines.
 The summary CSV it writes gives the performance estimate (``inference_time`` and friends).
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rewriter.errors import UserError
+from rewriter.host import child
 
 VELA = [sys.executable, "-m", "ethosu.vela"]
 TIMEOUT_S = 600
@@ -191,17 +192,15 @@ def run_vela(tflite_path: str | Path, config: str, outdir: str | Path | None = N
                *(["--system-config", system_config] if system_config else []),
                *(["--memory-mode", memory_mode] if memory_mode else []), *(extra_args or [])]
         start = time.perf_counter()
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S,
-                                  cwd=tmp)
-        except subprocess.TimeoutExpired:
-            raise UserError(f"vela did not finish within {TIMEOUT_S} s on {src}") from None
+        proc = child.run(cmd, timeout=TIMEOUT_S, cwd=tmp)
+        if proc.timed_out:
+            raise UserError(f"vela did not finish within {TIMEOUT_S} s on {src}")
         elapsed = time.perf_counter() - start
         text = proc.stdout + "\n" + proc.stderr
         npu, cpu, reasons = parse_stdout(text)
         if proc.returncode != 0 or npu is None or cpu is None:
             tail = " | ".join(line for line in text.strip().splitlines()[-3:])
-            raise UserError(f"vela failed on {src} (exit {proc.returncode}): {tail}")
+            raise UserError(f"vela failed on {src} ({proc.describe()}): {tail}")
         summaries = sorted(out.glob(f"{src.stem}_summary_*.csv"))
         summary = parse_summary_csv(summaries[0]) if summaries else {}
         compiled = out / f"{src.stem}_vela.tflite"
@@ -252,8 +251,7 @@ def parse_supported_ops(markdown: str) -> dict[str, list[str]]:
 def supported_ops_report() -> dict[str, list[str]]:
     """Run ``vela --supported-ops-report`` in a temp dir and parse its summary tables."""
     with tempfile.TemporaryDirectory(prefix="vela_ops_") as tmp:
-        proc = subprocess.run([*VELA, "--supported-ops-report"], capture_output=True, text=True,
-                              cwd=tmp, timeout=120)
+        proc = child.run([*VELA, "--supported-ops-report"], cwd=tmp, timeout=120)
         report = Path(tmp) / "SUPPORTED_OPS.md"
         if proc.returncode != 0 or not report.exists():
             raise UserError(f"vela --supported-ops-report failed: {proc.stderr.strip()[-200:]}")
@@ -307,8 +305,7 @@ def add_arguments(parser: Any) -> None:
 
 
 def vela_version() -> str:
-    proc = subprocess.run([*VELA, "--version"], capture_output=True, text=True, timeout=60)
-    return proc.stdout.strip()
+    return str(child.run([*VELA, "--version"], timeout=60).stdout).strip()
 
 
 def reconcile(check: Any, result: VelaResult) -> list[dict[str, Any]]:

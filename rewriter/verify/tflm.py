@@ -1,7 +1,8 @@
 """Run a ``.tflite`` in TFLite Micro's Python interpreter (``tflite_micro``), in a subprocess.
 
 TFLite Micro aborts the process on some models (an unsupported op or a failed allocation can
-end in ``abort()``), so the interpreter runs in a child process: ``python -m
+end in ``abort()``), so the interpreter runs in a child process (:func:`rewriter.host.child.run`:
+it dies with the job, and a timeout or an interrupt kills it): ``python -m
 rewriter.verify.tflm MODEL IN.npz OUT.npz``. The parent reads the file's input/output names and
 quantisation with LiteRT (TFLite Micro has no names), quantises the feeds, and dequantises the
 results; the child only sets tensors by index, invokes, and writes raw outputs. A crash or a
@@ -13,8 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -23,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from rewriter.host import child
 from rewriter.verify.runners import LiteRTRunner, Runner, RunnerError, rename_outputs
 
 #: Seconds a TFLite Micro run may take before it is killed.
@@ -88,14 +88,9 @@ def run_subprocess(model_path: str, arrays: dict[str, np.ndarray], n_samples: in
         np.savez(src, **arrays)
         cmd = [sys.executable, "-m", "rewriter.verify.tflm", model_path, str(src), str(dst),
                str(n_samples), str(n_inputs), str(n_outputs)]
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
-        except subprocess.TimeoutExpired:
-            raise RunnerError(f"{model_path}: TFLite Micro did not finish in "
-                              f"{TIMEOUT:.0f}s") from None
+        proc = child.run(cmd, timeout=TIMEOUT)
+        if proc.timed_out:
+            raise RunnerError(f"{model_path}: TFLite Micro did not finish in {TIMEOUT:.0f}s")
         if proc.returncode != 0 or not dst.exists():
             ops = list(dict.fromkeys(_MISSING_OP_RE.findall(proc.stderr)))
             if ops:
@@ -106,19 +101,14 @@ def run_subprocess(model_path: str, arrays: dict[str, np.ndarray], n_samples: in
             return {k: data[k] for k in data.files}
 
 
-def _why(proc: subprocess.CompletedProcess) -> str:
+def _why(proc: child.Finished) -> str:
     """The signal or exit code, and the child's messages without Python traceback lines."""
     lines = [ln.strip() for ln in proc.stderr.splitlines()
              if ln.strip() and not ln.startswith((" ", "Traceback"))]
     tail = " | ".join(lines[-3:])
     code = proc.returncode
-    if code < 0:
-        try:
-            sig = signal.Signals(-code).name
-        except ValueError:
-            sig = str(-code)
-        return f"killed by {sig}" + (f": {tail}" if tail else "")
-    return f"exit {code}" + (f": {tail}" if tail else "")
+    how = f"killed by {child.signal_name(-code)}" if code < 0 else f"exit {code}"
+    return how + (f": {tail}" if tail else "")
 
 
 def arena_sizes(model_bytes: int) -> list[int]:
