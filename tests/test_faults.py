@@ -366,8 +366,8 @@ def test_sigterm_during_vela_stops_vela_and_cleans_lock_and_staging(conv_keras, 
 def test_a_job_whose_parent_is_gone_swaps_nothing(tmp_path, monkeypatch):
     """Right before the swap the job checks that the process that started it still lives."""
     from rewriter.errors import UserError
-    from rewriter.host.fs import staged_output
     from rewriter.host import child
+    from rewriter.host.fs import staged_output
 
     out = tmp_path / "out"
     before = _previous_run(out)

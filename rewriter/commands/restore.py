@@ -77,7 +77,9 @@ def run(args: argparse.Namespace, ui: Any) -> int:
                 "(or pass --allow-empty)")
         return 1
     strict_failed = args.strict and not result.complete
-    refused = unaccepted(result.diff, args.allowed)
+    # --allow-empty: the user expects nothing to match, so the unused source is no surprise
+    expected_empty = args.allow_empty and not result.diff.restored
+    refused = [] if expected_empty else unaccepted(result.diff, args.allowed)
     if args.json:
         ui.json({"ok": not strict_failed and not refused, "unaccepted": refused,
                  **result.to_json()})

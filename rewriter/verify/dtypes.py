@@ -46,7 +46,8 @@ def convert(arr: np.ndarray, dt: np.dtype, where: str, name: str
     if src.kind not in "fiub":
         raise UserError(f"{what}: cannot convert ({src} is not a real number type); "
                         f"save the data as {dt}")
-    out = arr.astype(dt)
+    with np.errstate(all="ignore"):  # out-of-range values are found and named below
+        out = arr.astype(dt)
     if _round_trips(arr, out):
         return out, Conversion(src.name, dt.name, True,
                                note=f"input {name!r}: {src} data converted to {dt} exactly")
@@ -58,7 +59,7 @@ def convert(arr: np.ndarray, dt: np.dtype, where: str, name: str
                f"holds values outside {dt}'s range [{np.iinfo(dt).min}, {np.iinfo(dt).max}]")
         raise UserError(f"{what}: {why}; save the data as {dt}")
     finite = arr[np.isfinite(arr)] if src.kind == "f" else arr
-    limit = np.finfo(dt).max
+    limit = float(np.finfo(dt).max)
     if finite.size and float(np.max(np.abs(finite.astype(np.float64)))) > limit:
         raise UserError(f"{what}: holds values beyond {dt}'s range (|x| > {limit:.4g}), which "
                         f"would become Inf; rescale the data or save it as {dt}")
