@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.graph import GraphIndex, NodeDef
+from rewriter.ir.graph import GraphIndex, NodeDef
 from rewriter.rules._layernorm import LN_FIXES, match_layernorm
 from rewriter.rules.base import (
     ADD_OPS,

@@ -8,9 +8,9 @@ import keras
 import numpy as np
 import pytest
 
-from rewriter.passes import apply_rules
+from rewriter.rewrite.passes import apply_rules
 from rewriter.rules.groupnorm_decompose import GroupNormDecompose
-from rewriter.rules.testing import assert_close_rel, int8_tflite, model_from_keras, op_types
+from rewriter.testing import assert_close_rel, int8_tflite, model_from_keras, op_types
 
 RULE = GroupNormDecompose()
 RNG = np.random.default_rng(5)
