@@ -26,7 +26,12 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--outputs", dest="output_names", metavar="NAMES",
                    help="comma-separated output tensors of a graph (frozen .pb, checkpoint)")
     g.add_argument("--input-shape", action="append", default=[], metavar="NAME:D0,D1,...",
-                   help="fix an input's shape (repeatable); unknown batch defaults to 1")
+                   help="fix an input's shape (repeatable); unknown batch defaults to 1; "
+                   "NAME: alone is a scalar")
+    g.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="settings",
+                   help="bake a scalar placeholder in as a constant (repeatable), e.g. "
+                   "is_training=false; tf.cond then folds to the branch taken. A bool "
+                   "placeholder deciding tf.cond is a training flag, set false by default")
     g.add_argument("--unsafe", action="store_true",
                    help="allow models holding code: Keras Lambda layers and graph ops that "
                    "touch files, the network or Python (only for files you trust)")
@@ -78,6 +83,7 @@ def load_options(args: argparse.Namespace) -> LoadOptions:
         outputs=_split(getattr(args, "output_names", None)),
         input_shapes=parse_input_shapes(getattr(args, "input_shape", []) or []),
         unsafe=bool(getattr(args, "unsafe", False)),
+        settings=parse_settings(getattr(args, "settings", []) or []),
         numeric_inputs=getattr(args, "command", None) != "inspect",
     )
 
@@ -108,12 +114,24 @@ def parse_input_shapes(items: list[str]) -> dict[str, tuple[int, ...]]:
             raise UserError(f"--input-shape {item!r} is not NAME:D0,D1,... "
                             "(e.g. input_1:1,224,224,3)")
         try:
-            shapes[name] = tuple(int(d) for d in dims.split(","))
+            text = dims.strip().strip("()[]").strip()
+            shapes[name] = tuple(int(d) for d in text.split(",")) if text else ()
         except ValueError:
             raise UserError(f"--input-shape {item!r}: dimensions must be integers") from None
         if any(d <= 0 for d in shapes[name]):
             raise UserError(f"--input-shape {item!r}: dimensions must be positive")
     return shapes
+
+
+def parse_settings(items: list[str]) -> dict[str, str]:
+    """``--set NAME=VALUE`` items as a dict (the value is parsed against the placeholder)."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise UserError(f"--set {item!r} is not NAME=VALUE (e.g. --set is_training=false)")
+        out[name.strip()] = value.strip()
+    return out
 
 
 def _split(value: str | None) -> list[str] | None:

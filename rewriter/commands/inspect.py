@@ -38,6 +38,18 @@ def validate(args: argparse.Namespace) -> None:
         validate_model_path(args.against)
 
 
+def _has_meta(path: str) -> bool:
+    """A TF1 checkpoint path whose graph (.meta) is there too (prefix, file or directory)."""
+    from rewriter.frontends.ckpt_files import checkpoint_prefix, is_checkpoint_path
+
+    if not is_checkpoint_path(path):
+        return Path(path + ".meta").exists()
+    try:
+        return Path(checkpoint_prefix(path)[0] + ".meta").exists()
+    except UserError:
+        return False
+
+
 def run(args: argparse.Namespace, ui: Any) -> int:
     if Path(args.model).suffix in (".tflite", ".onnx") and not args.against:
         return _inspect_artifact(args.model, ui)
@@ -46,7 +58,7 @@ def run(args: argparse.Namespace, ui: Any) -> int:
         if surgery is None:
             raise UserError("--against needs rewriter.surgery, which is not installed")
         return _inspect_checkpoint(args, ui, surgery)
-    meta_missing = not Path(args.model + ".meta").exists()
+    meta_missing = not _has_meta(args.model)
     if surgery is not None and surgery.is_checkpoint(args.model) and (
             args.variables or meta_missing):
         return _inspect_checkpoint(args, ui, surgery)
@@ -63,8 +75,9 @@ def run(args: argparse.Namespace, ui: Any) -> int:
     if model.source.format == "checkpoint":
         import tensorflow as tf
 
-        info["variables"] = [{"name": n, "shape": list(s)}
-                             for n, s in tf.train.list_variables(model.source.path)]
+        shapes = tf.compat.v1.train.NewCheckpointReader(
+            model.source.path).get_variable_to_shape_map()
+        info["variables"] = [{"name": n, "shape": list(shapes[n])} for n in sorted(shapes)]
     if ui.json_mode:
         ui.json(info)
         return 0

@@ -129,6 +129,10 @@ def run(args: argparse.Namespace, ui: Any) -> int:
         isolate.prestart()  # the converter's process imports TensorFlow while we load
         with ui.step(f"loading {args.model}"):
             model = load_from_args(args)
+        from rewriter.frontends import assumptions
+
+        for note in assumptions(model):
+            ui.info(f"note: {note}")
         if target.resolve_quantize(args.quantize) == "int8":
             check_weights(model, masks_fixed=True)  # before the job, not at the quantizer
         from rewriter.verify.data import parse_ranges

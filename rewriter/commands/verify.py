@@ -76,6 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="comma-separated output tensors of a frozen .pb or checkpoint")
     g.add_argument("--input-shape", action="append", default=[], metavar="NAME:D0,D1,...",
                    help="fix an input's shape (repeatable)")
+    g.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="settings",
+                   help="bake a scalar placeholder in as a constant in both models (e.g. "
+                   "is_training=false); training flags are false by default")
     g.add_argument("--unsafe", action="store_true",
                    help="allow Keras Lambda layers (runs code stored in the model file)")
 
@@ -155,7 +158,7 @@ def run(args: argparse.Namespace, ui: Any) -> int:
 
 
 def _load(path: str, args: argparse.Namespace) -> Any:
-    from rewriter.commands._common import parse_input_shapes
+    from rewriter.commands._common import parse_input_shapes, parse_settings
     from rewriter.frontends import LoadOptions
     from rewriter.verify.factory import load_any
 
@@ -165,7 +168,7 @@ def _load(path: str, args: argparse.Namespace) -> Any:
     options = LoadOptions(signature=args.signature, inputs=split(args.graph_inputs),
                           outputs=split(args.graph_outputs),
                           input_shapes=parse_input_shapes(args.input_shape),
-                          unsafe=args.unsafe)
+                          unsafe=args.unsafe, settings=parse_settings(args.settings))
     return load_any(path, options, tflite_runtime="tflm" if args.tflm else "litert")
 
 

@@ -20,23 +20,35 @@ from rewriter.ir.model import Model
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 ZIP_MAGIC = b"PK\x03\x04"
 
-__all__ = ["LoadOptions", "detect_format", "load_model"]
+__all__ = ["LoadOptions", "assumptions", "detect_format", "load_model"]
+
+#: Notes that say what loading assumed for the user (a training flag set, a checkpoint found
+#: beside a foreign path, outputs or a cut chosen): commands also say them on stderr.
+_ASSUMED = ("training flag ", "outputs: ", "cut after ")
+
+
+def assumptions(model: Model) -> list[str]:
+    """The notes of ``model`` that say what loading assumed (to be said on stderr too)."""
+    return [n for n in model.source.notes
+            if n.startswith(_ASSUMED) or "which does not exist here" in n]
 
 
 def detect_format(path: str) -> str:
     """One of keras, h5, saved_model, graphdef, graphdef_text, checkpoint; UserError otherwise."""
+    from rewriter.frontends.ckpt_files import is_checkpoint_path
+
     p = Path(path)
     if not p.exists():
-        if Path(path + ".meta").exists() or Path(path + ".index").exists():
+        if is_checkpoint_path(path):
             return "checkpoint"
         raise UserError(f"{path}: no such file or directory")
     if p.is_dir():
         if (p / "saved_model.pb").exists() or (p / "saved_model.pbtxt").exists():
             return "saved_model"
-        if (p / "checkpoint").exists():
+        if is_checkpoint_path(path):
             return "checkpoint"
         raise UserError(f"{path}: directory holds no saved_model.pb (not a SavedModel) "
-                        "and no TF1 checkpoint")
+                        "and no TF1 checkpoint (.index, .meta)")
     suffix = p.suffix.lower()
     head = _head(p)
     if p.name == "saved_model.pb":
@@ -51,14 +63,12 @@ def detect_format(path: str) -> str:
             raise UserError(f"{path}: not an HDF5 file (a Keras .h5 model starts with the HDF5 "
                             "signature); was it truncated or saved in another format?")
         return "h5"
-    if suffix == ".meta":
+    if p.name.endswith((".meta", ".index")) or is_checkpoint_path(path):
         return "checkpoint"
     if suffix == ".pbtxt":
         return "graphdef_text"
     if suffix in (".pb", ".graphdef"):
         return "graphdef"
-    if suffix == ".index" or Path(path + ".meta").exists():
-        return "checkpoint"
     if head[:4] == ZIP_MAGIC:
         return "keras"
     if head[:8] == HDF5_MAGIC:

@@ -52,7 +52,9 @@ def _static_shape(name: str, shape: Sequence[int | None] | None, options: LoadOp
             notes.append(f"input {name!r}: shape fixed to {_fmt(override)} by --input-shape")
         return tuple(override)
     if shape is None:
-        raise UserError(f"input {name!r} has unknown rank; give --input-shape {name}:D0,D1,...")
+        raise UserError(f"input {name!r} has unknown rank; give --input-shape {name}:D0,D1,... "
+                        f"(--input-shape {name}: for a scalar, or --set {name}=VALUE to bake a "
+                        "scalar placeholder in)")
     dims = list(shape)
     if dims and dims[0] is None:
         dims[0] = 1

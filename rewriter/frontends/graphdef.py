@@ -74,15 +74,6 @@ def model_from_graphdef(gd: GraphDef, path: str, fmt: str, options: LoadOptions,
     if variables:
         raise UserError(f"{path}: graph is not frozen (it has variables, e.g. {variables[0]!r});"
                         " give the TF1 checkpoint prefix (with its .meta) instead")
-    placeholders = {n.name for n in gd.node if n.op == "Placeholder"}
-    cut = bool(options.inputs) and any(r.split(":")[0] not in placeholders
-                                       for r in options.inputs or [])
-    if options.inputs and not cut:
-        in_names = options.inputs
-    else:  # an --inputs tensor inside the graph: bind the Placeholders, then cut (frontends.cut)
-        in_names = [n.name for n in gd.node if n.op == "Placeholder"]
-        if not in_names:
-            raise UserError(f"{path}: graph has no Placeholder; name its inputs with --inputs")
     if options.outputs:
         out_names = options.outputs
     else:
@@ -93,6 +84,18 @@ def model_from_graphdef(gd: GraphDef, path: str, fmt: str, options: LoadOptions,
             shown = ", ".join(sinks[:8]) + (" ..." if len(sinks) > 8 else "")
             raise UserError(f"{path}: cannot tell the outputs ({len(sinks)} candidate sinks: "
                             f"{shown}); name them with --outputs")
+    gd, more = _inference_part(gd, path, out_names, options)
+    notes.extend(more)
+    nodes = {n.name: n for n in gd.node}
+    placeholders = {n.name for n in gd.node if n.op == "Placeholder"}
+    cut = bool(options.inputs) and any(r.split(":")[0] not in placeholders
+                                       for r in options.inputs or [])
+    if options.inputs and not cut:
+        in_names = options.inputs
+    else:  # an --inputs tensor inside the graph: bind the Placeholders, then cut (frontends.cut)
+        in_names = [n.name for n in gd.node if n.op == "Placeholder"]
+        if not in_names:
+            raise UserError(f"{path}: graph has no Placeholder; name its inputs with --inputs")
     check_shape_overrides(options, [n.split(":")[0] for n in in_names])
     if cut:
         options = replace(options, input_shapes={k: v for k, v in options.input_shapes.items()
@@ -121,6 +124,27 @@ def model_from_graphdef(gd: GraphDef, path: str, fmt: str, options: LoadOptions,
     set_placeholder_shapes(gd, inputs)
     model = Model(gd, inputs, outputs, Source(path, fmt, notes))
     return apply_cut(model, replace(cut_options, outputs=None)) if cut else model
+
+
+def _inference_part(gd: GraphDef, path: str, outputs: list[str], options: LoadOptions
+                    ) -> tuple[GraphDef, list[str]]:
+    """The outputs' ancestors, with ``--set`` values and training flags baked in and their
+    conds folded (:mod:`rewriter.frontends.tf1_graph`); unknown ops refused (exit 2)."""
+    from rewriter.frontends.tf1_graph import check_registered, inference_subgraph, settle
+
+    pruned = inference_subgraph(gd, outputs)
+    notes = []
+    dropped = [n.name for n in gd.node if n.op == "Placeholder"
+               and n.name not in {m.name for m in pruned.node}]
+    if dropped and len(pruned.node) < len(gd.node):
+        notes.append(f"placeholder(s) {', '.join(dropped[:6])} do not reach the outputs: "
+                     "not inputs")
+    keep = set(options.inputs or [])
+    settings = {k: v for k, v in options.settings.items() if k not in keep}
+    pruned, more, _ = settle(pruned, settings, outputs)
+    notes.extend(more)
+    check_registered(pruned, path)
+    return pruned, notes
 
 
 def _tensor(ref: str) -> str:

@@ -15,5 +15,7 @@ class LoadOptions:
     outputs: list[str] | None = None
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     unsafe: bool = False
+    #: ``--set NAME=VALUE``: scalar placeholders baked in as constants (value text as given)
+    settings: dict[str, str] = field(default_factory=dict)
     #: refuse non-numeric inputs (every command that feeds or converts data; not ``inspect``)
     numeric_inputs: bool = True

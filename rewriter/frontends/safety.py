@@ -432,9 +432,8 @@ def _saver_targets(meta_graph: Any) -> Iterator[str]:
         yield from (t for t in (s.save_tensor_name, s.restore_op_name) if t)
 
 
-def saved_model_findings(directory: str) -> list[Finding]:
-    """Unsafe ops in any MetaGraph of the SavedModel at ``directory`` (all nodes, all functions,
-    since loading runs init ops and resource initialisers and the signature picks any of them)."""
+def read_saved_model(directory: str) -> Any:
+    """The ``SavedModel`` proto of ``saved_model.pb`` (or ``.pbtxt``) in ``directory``."""
     from pathlib import Path
 
     from google.protobuf import message, text_format
@@ -453,7 +452,34 @@ def saved_model_findings(directory: str) -> list[Finding]:
                         f"({str(exc)[:120] or 'parse error'}); is it truncated?") from None
     except OSError as exc:
         raise UserError(f"{directory}: cannot read saved_model.pb ({exc.strerror})") from None
+    return sm
+
+
+#: Collections of TF1 SavedModels whose ops loading runs (init ops, table initialisers).
+_TF1_LOAD_COLLECTIONS = ("saved_model_main_op", "legacy_init_op", "table_initializer",
+                         "saved_model_train_op")
+
+
+def saved_model_findings(directory: str) -> list[Finding]:
+    """Unsafe ops in any MetaGraph of the SavedModel at ``directory``.
+
+    A TF2 SavedModel is scanned whole (all nodes, all functions: loading runs init ops and
+    resource initialisers, and its object graph may call any function). A TF1 MetaGraph (no
+    object graph) runs only what loading runs: its saver's restore, its init ops and table
+    initialisers, and its signatures from their inputs to their outputs; another Saver's ops
+    in the graph never run and are not judged."""
     found: list[Finding] = []
-    for meta_graph in sm.meta_graphs:
-        found.extend(meta_graph_findings(meta_graph))
+    for meta_graph in read_saved_model(directory).meta_graphs:
+        if meta_graph.object_graph_def.nodes:
+            found.extend(meta_graph_findings(meta_graph))
+            continue
+        fetches, feeds = [], []
+        for sig in meta_graph.signature_def.values():
+            fetches.extend(t.name for t in sig.outputs.values())
+            feeds.extend(t.name for t in sig.inputs.values())
+        for key in _TF1_LOAD_COLLECTIONS:
+            if key in meta_graph.collection_def:
+                col = meta_graph.collection_def[key]
+                fetches.extend(col.node_list.value)
+        found.extend(meta_graph_findings(meta_graph, fetches=fetches, feeds=feeds))
     return found

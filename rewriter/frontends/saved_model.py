@@ -55,12 +55,15 @@ def load_saved_model(directory: str, options: LoadOptions) -> Model:
     notes.extend(norm_notes)
     # frozen.inputs are the signature's placeholders, in the order of fn.inputs (by name).
     by_name = {t.name.split(":")[0]: t for t in frozen.inputs}
+    tf1_names = _signature_input_tensors(directory, key)  # a TF1 key may differ from its node
     inputs = []
     for name in names:
         spec = arg_specs[name]
         tensor = by_name.get(spec.name or name)
         if tensor is None:
             tensor = by_name.get(name)
+        if tensor is None and name in tf1_names:
+            tensor = by_name.get(tf1_names[name].split(":")[0])
         if tensor is None:
             raise UserError(f"{directory}: cannot find the placeholder of signature input "
                             f"{name!r}")
@@ -74,7 +77,22 @@ def load_saved_model(directory: str, options: LoadOptions) -> Model:
     outputs = [TensorSpec(n, t.name, tuple(_dims(s.shape) or ()), s.dtype.name)
                for n, t, s in zip(out_names, frozen.outputs, flat)]
     model = Model(graph_def, inputs, outputs, Source(str(Path(directory)), "saved_model", notes))
+    if not options.inputs:
+        from rewriter.frontends.parsed_inputs import cut_after_parsing
+
+        model = cut_after_parsing(model, options)
     return apply_cut(model, options)
+
+
+def _signature_input_tensors(directory: str, key: str) -> dict[str, str]:
+    """Input key -> tensor name of signature ``key`` in a TF1 SavedModel's serving MetaGraph
+    (``predict_signature_def({'images': x_ph})``: the key is not the placeholder's name)."""
+    from rewriter.frontends.safety import read_saved_model
+
+    for meta_graph in read_saved_model(directory).meta_graphs:
+        if key in meta_graph.signature_def and "serve" in meta_graph.meta_info_def.tags:
+            return {k: v.name for k, v in meta_graph.signature_def[key].inputs.items()}
+    return {}
 
 
 def _dims(shape) -> list[int | None] | None:

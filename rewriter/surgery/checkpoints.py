@@ -56,7 +56,9 @@ def detect_format(path: str) -> str:
     if p.is_dir():
         if (p / "saved_model.pb").exists() or (p / "saved_model.pbtxt").exists():
             return "saved_model"
-        if (p / "checkpoint").exists():
+        from rewriter.frontends.ckpt_files import is_checkpoint_path
+
+        if is_checkpoint_path(path):
             return "checkpoint"
         raise UserError(f"{path}: directory is neither a SavedModel nor a checkpoint directory")
     if name.endswith(".weights.h5"):
@@ -99,14 +101,12 @@ def _must_exist(p: Path, fmt: str) -> str:
 
 
 def _checkpoint_prefix(path: str) -> str | None:
-    """The checkpoint prefix named by ``path`` (prefix, .index, .data-*, or directory)."""
-    if os.path.isdir(path):
-        import tensorflow as tf
+    """The checkpoint prefix named by ``path`` (prefix, .index, .data-*, or directory; see
+    :mod:`rewriter.frontends.ckpt_files` for empty prefixes and foreign ``checkpoint`` files)."""
+    from rewriter.frontends.ckpt_files import checkpoint_prefix
 
-        latest = tf.train.latest_checkpoint(path)
-        if latest is None:
-            raise UserError(f"{path}: its 'checkpoint' file names no readable checkpoint")
-        return latest
+    if os.path.isdir(path):
+        return checkpoint_prefix(path)[0]
     prefix = re.sub(r"\.(index|data-\d+-of-\d+)$", "", path)
     if os.path.exists(prefix + ".index"):
         return prefix
@@ -165,8 +165,8 @@ def _open_reader(prefix: str, shown: str) -> Any:
 
     from rewriter.frontends.sizes import check_bundle
 
-    try:
-        reader = tf.train.load_checkpoint(prefix)
+    try:  # the reader, not load_checkpoint: an empty prefix ("DIR/") is not a directory here
+        reader = tf.compat.v1.train.NewCheckpointReader(prefix)
     except Exception as exc:
         raise UserError(f"cannot read checkpoint {shown}: {first_line(exc)}") from None
     check_bundle(reader, shown)  # sizes before reads

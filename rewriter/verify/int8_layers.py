@@ -267,9 +267,15 @@ def int8_layer_errors(path: str | os.PathLike, model: Model,
             groups.append([i])
     # One TF function over the graph at a time, its weights read from variables in place
     # (WeightsFunction): the cut graph's predictions first, then the float reference.
-    cut = _Cut(model, [matches[g[-1]] for g in groups], dict(zip(
-        (s.name for s in tfl.io.inputs), _input_indices(tfl))), matches)
-    preds = [cut.run(tfl.run(feeds, order)) for feeds in samples]
+    from rewriter.verify.runners import match_names
+
+    names, _ = match_names([s.name for s in model.inputs], [s.name for s in tfl.io.inputs],
+                           "input")  # "model/Placeholder" is the file's "input_0"
+    index = dict(zip((s.name for s in tfl.io.inputs), _input_indices(tfl)))
+    cut = _Cut(model, [matches[g[-1]] for g in groups],
+               {m: index[t] for m, t in names.items()}, matches)
+    preds = [cut.run(tfl.run({names[k]: v for k, v in feeds.items()}, order))
+             for feeds in samples]
     del cut
     release()
     total = {i: _Acc() for i in order}
@@ -279,7 +285,7 @@ def int8_layer_errors(path: str | os.PathLike, model: Model,
     reference = WeightsFunction(model.graph_def, [(s.tensor, s.shape, s.dtype)
                                                   for s in model.inputs], fetch) if fetch else None
     for feeds, pred in zip(samples, preds):
-        got = tfl.run(feeds, order)
+        got = tfl.run({names[k]: v for k, v in feeds.items()}, order)
         ref = reference(*(feeds[s.name] for s in model.inputs)) if reference else {}
         ref |= {f"{s.node}:0": np.asarray(feeds[s.name]) for s in model.inputs}
         for i in order:
