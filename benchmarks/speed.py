@@ -1,0 +1,196 @@
+"""Speed on Ethos-U: Vela's own estimate for the plain converter's file and the job's artifact.
+
+    PYTHONPATH=. python benchmarks/speed.py [--models grouped_conv_stack,RegNetX002,ConvNeXtTiny]
+        [--size 96] [--configs ethos-u55-128,ethos-u65-256]
+        [--system-configs ethos-u55-128:Ethos_U55_High_End_Embedded,...]
+        [--workdir /tmp/rewriter_speed]
+
+One command. Per model (``benchmarks/zoo_build.py`` cases, plus ``grouped_conv_stack``: a Keras 3
+stack of four ``Conv2D(32, 3, groups=4)`` on 32x32x32, built here): the plain TFLite converter
+(``benchmarks/zoo_tools.py plain-tflite``: full int8, int8 I/O) and the job (``rewrite MODEL
+--target ethos-u55-128`` with the case's calibration and verification data; the U55 and U65 share
+the op table, so one artifact serves both), then each file through Vela for every accelerator
+config and its system config (``rewriter.targets.vela.run_vela`` with ``--verbose-performance``,
+estimated by ``rewriter.targets.cost``): NPU ms from Vela's per-layer cycles, host ms for the ops
+Vela leaves on the CPU (a lower bound, see ``rewriter/targets/cost.py``), NPU/CPU op counts.
+
+Results: ``benchmarks/results/speed.md`` and ``speed.json``, stamped (``benchmarks/stamp.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+MODELS = ("grouped_conv_stack", "RegNetX002", "ConvNeXtTiny")
+CONFIGS = ("ethos-u55-128", "ethos-u65-256")
+#: Vela's default system config per accelerator family (what it picks when none is given).
+SYSTEM = {"ethos-u55": "Ethos_U55_High_End_Embedded", "ethos-u65": "Ethos_U65_High_End"}
+OUT = ROOT / "benchmarks" / "results"
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+
+def build_stack(case_dir: Path) -> None:
+    """Keras 3: four Conv2D(32, 3, groups=4, relu) on 32x32x32; seeded data in [-1, 1]."""
+    code = (
+        "import keras, numpy as np, sys, json\n"
+        "from pathlib import Path\n"
+        "d = Path(sys.argv[1]); keras.utils.set_random_seed(0)\n"
+        "x = inp = keras.Input((32, 32, 32))\n"
+        "for _ in range(4):\n"
+        "    x = keras.layers.Conv2D(32, 3, padding='same', groups=4, activation='relu')(x)\n"
+        "keras.Model(inp, x).save(d / 'model.keras')\n"
+        "rng = np.random.default_rng(0)\n"
+        "np.save(d / 'calibration.npy', rng.uniform(-1, 1, (16, 32, 32, 32)).astype('f4'))\n"
+        "np.save(d / 'data.npy', rng.uniform(-1, 1, (8, 32, 32, 32)).astype('f4'))\n"
+        "json.dump({'name': 'grouped_conv_stack', 'model': 'model.keras', 'calibration': "
+        "'calibration.npy', 'data': 'data.npy', 'note': 'Keras 3, 4 x Conv2D(32, 3, groups=4)'},"
+        " open(d / 'case.json', 'w'))\n")
+    case_dir.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-c", code, str(case_dir)], check=True, env=_env(),
+                   capture_output=True)
+
+
+def build(name: str, size: int, workdir: Path) -> Path:
+    case = workdir / name
+    if (case / "case.json").exists():
+        return case
+    if name == "grouped_conv_stack":
+        build_stack(case)
+    else:
+        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "zoo_build.py"), str(workdir),
+                        "--size", str(size), "--models", name], check=True, env=_env(),
+                       capture_output=True)
+    return case
+
+
+def plain(case: Path) -> dict[str, Any]:
+    out = case / "plain_int8.tflite"
+    if out.exists():
+        return {"ok": True, "path": str(out)}
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "zoo_tools.py"),
+                           "plain-tflite", str(case), str(out)], capture_output=True, text=True,
+                          env={**_env(), "ZOO_QUIET": "1"})
+    lines = proc.stdout.strip().splitlines()
+    return json.loads(lines[-1]) if lines else {"ok": False, "error": proc.stderr[-300:]}
+
+
+def job(case: Path, target: str) -> dict[str, Any]:
+    info = json.loads((case / "case.json").read_text())
+    out = case / f"job_{target}"
+    if not (out / "report.json").exists():
+        start = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "rewriter.cli", "run", str(case / info["model"]),
+                               "--target", target, "--calibration", str(case / info["calibration"]),
+                               "--data", str(case / info["data"]), "-o", str(out), "-q",
+                               "--no-vela"], capture_output=True, text=True, env=_env())
+        if proc.returncode not in (0, 1):
+            return {"ok": False, "error": (proc.stderr.strip().splitlines() or ["?"])[-1][:300]}
+        seconds = round(time.perf_counter() - start, 1)
+    else:
+        seconds = None
+    report = json.loads((out / "report.json").read_text())
+    equiv = (report.get("equivalence") or {}).get("artifact") or {}
+    cos = min((o.get("cosine") or 1.0 for o in (equiv.get("outputs") or {}).values()),
+              default=None)
+    return {"ok": report.get("ok"), "path": str(out / "model.tflite"), "seconds": seconds,
+            "rules": sorted({a["rule"] for a in report.get("rules_applied", [])}),
+            "artifact_cosine": cos}
+
+
+def judge(path: str, config: str, system: str) -> dict[str, Any]:
+    from rewriter.rules import all_rules
+    from rewriter.targets.cost import estimate
+    from rewriter.targets.vela import run_vela
+
+    res = run_vela(path, config, system_config=system)
+    est = estimate(res, path, [r.name for r in all_rules()]) or {}
+    return {"npu_ops": res.npu_ops, "cpu_ops": res.cpu_ops, "npu_ms": est.get("npu_ms"),
+            "host_ms": est.get("host_ms"), "total_ms": est.get("total_ms"),
+            "memory_mode": est.get("memory_mode"),
+            "npu_by_op": {k: v["ms"] for k, v in list(est.get("npu", {}).get("by_op", {})
+                                                      .items())[:5]},
+            "host_by_op": {k: v["ms"] for k, v in est.get("host", {}).get("by_op", {}).items()}}
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    lines = ["# Speed on Ethos-U: the plain converter's file and the job's artifact, by Vela", "",
+             "NPU ms: Vela's per-layer cycles at the system config's clock (they add up to its "
+             "`inference_time`). Host ms: the ops Vela leaves on the CPU, a lower bound at the "
+             "Cortex-M55's peak (rewriter/targets/cost.py). Ratio: the job's NPU ms over the plain "
+             "file's; total: NPU + host.", "",
+             "| model | accelerator | system config | plain: NPU/CPU ops | plain: NPU + host ms "
+             "| job: NPU/CPU ops | job: NPU + host ms | NPU ratio | total ratio | job rules |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        p, j = r.get("plain") or {}, r.get("job") or {}
+
+        def cell(d: dict[str, Any]) -> tuple[str, str]:
+            if d.get("npu_ms") is None:
+                return "n/a", d.get("error", "n/a")
+            return (f"{d['npu_ops']} / {d['cpu_ops']}",
+                    f"{d['npu_ms']:.3f} + {d['host_ms']:.3f} = {d['total_ms']:.3f}")
+        pc, jc = cell(p), cell(j)
+        ratio = (f"{j['npu_ms'] / p['npu_ms']:.2f}" if p.get("npu_ms") and j.get("npu_ms")
+                 else "n/a")
+        total = (f"{j['total_ms'] / p['total_ms']:.2f}" if p.get("total_ms") and j.get("total_ms")
+                 else "n/a")
+        lines.append(f"| {r['model']} | {r['config']} | {r['system']} | {pc[0]} | {pc[1]} | "
+                     f"{jc[0]} | {jc[1]} | {ratio} | {total} | {', '.join(r['rules']) or '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--size", type=int, default=96)
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--system-configs", default="",
+                    help="CONFIG:SYSTEM,... (default: Vela's default per family)")
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/rewriter_speed"))
+    ap.add_argument("--out", type=Path, default=OUT / "speed")
+    args = ap.parse_args(argv)
+    systems = dict(item.split(":", 1) for item in args.system_configs.split(",") if item)
+    rows: list[dict[str, Any]] = []
+    for name in args.models.split(","):
+        case = build(name, args.size, args.workdir)
+        base = plain(case)
+        art = job(case, "ethos-u55-128")
+        print(f"{name}: plain {base.get('ok')}, job {art.get('ok')} {art.get('rules')}",
+              flush=True)
+        for config in args.configs.split(","):
+            system = systems.get(config) or SYSTEM[config.rsplit("-", 1)[0]]
+            row = {"model": name, "config": config, "system": system,
+                   "rules": art.get("rules", []), "artifact_cosine": art.get("artifact_cosine"),
+                   "job_seconds": art.get("seconds")}
+            row["plain"] = judge(base["path"], config, system) if base.get("ok") else base
+            row["job"] = judge(art["path"], config, system) if art.get("path") else art
+            rows.append(row)
+            print(f"  {config} {system}: plain {row['plain'].get('npu_ms')} + "
+                  f"{row['plain'].get('host_ms')} ms, job {row['job'].get('npu_ms')} + "
+                  f"{row['job'].get('host_ms')} ms", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    md, js = args.out.with_suffix(".md"), args.out.with_suffix(".json")
+    md.write_text(render(rows))
+    js.write_text(json.dumps({"rows": rows}, indent=1) + "\n")
+    from benchmarks import stamp
+
+    stamp.stamp_files([md, js], "speed.py", argv if argv is not None else sys.argv[1:])
+    print(f"wrote {md} and {js}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
