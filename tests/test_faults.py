@@ -400,3 +400,16 @@ def test_a_child_dies_with_its_parent_even_by_sigkill(tmp_path):
     assert not _alive(grandchild)
     assert child.describe(-signal.SIGKILL) == "died with SIGKILL"
     assert child.run([sys.executable, "-c", "import time; time.sleep(60)"], timeout=1).timed_out
+
+
+def test_restore_from_a_keras_zip_measures_it_before_reading(cli, tmp_path, tiny_budget):
+    """restore's fallback that reads a .keras zip's weights directly checks the sizes too."""
+    import keras
+
+    inp = keras.Input((64,), name="x")
+    path = tmp_path / "src.keras"
+    keras.Model(inp, keras.layers.Dense(64, name="d")(inp)).save(path)
+    code, _, err = cli("restore", path, "--into", path, "-o", tmp_path / "out")
+    assert code == 2
+    assert "the archive member 'model.weights.h5' declares" in _error_line(err)
+    assert sorted(os.listdir(tmp_path)) == ["src.keras"]

@@ -67,7 +67,10 @@ def _open_keras_zip_weights(path: str) -> VariableSet:
     """The ``model.weights.h5`` inside a ``.keras`` zip, named ``layer/vars/i``."""
     import tempfile
 
+    from rewriter.frontends.sizes import check_zip
+
     with zipfile.ZipFile(path) as archive:
+        check_zip(archive, path)  # sizes before reads (also when loading refused the file)
         if "model.weights.h5" not in archive.namelist():
             raise UserError(f"cannot load Keras model {path}: it holds no model.weights.h5")
         data = archive.read("model.weights.h5")
