@@ -7,8 +7,12 @@ here; tolerances live in :mod:`rewriter.verify.tolerance`.
 
 from __future__ import annotations
 
-#: TFLite quantisation modes (``--quantize``): full-integer int8, float16 weights, or float32.
-QUANTIZE_MODES = ("int8", "float16", "none")
+#: TFLite quantisation modes (``--quantize``): full-integer int8; ``16x8``, int16 activations
+#: with int8 weights (the converter's EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8,
+#: on targets whose table has an ``[int16]`` section); float16 weights; or float32.
+QUANTIZE_MODES = ("int8", "16x8", "float16", "none")
+#: The modes whose converter calibrates activation ranges on samples (integer activations).
+INTEGER_MODES = ("int8", "16x8")
 #: ONNX opset of ONNX targets when neither ``--opset`` nor the table's ``default_opset`` says.
 DEFAULT_OPSET = 17
 #: int8 calibration samples drawn (seeded, synthetic) when the user gives no data.

@@ -152,9 +152,11 @@ def test_docs_check_reports_a_hand_edited_page(tmp_path, cli):
 
 
 @pytest.mark.parametrize("name,quantize,runs", [("exp", "int8", False), ("exp", "none", True),
-                                                ("gelu", "none", False)])
+                                                ("gelu", "none", False), ("exp", "16x8", False),
+                                                ("tanh", "16x8", True)])
 def test_tflm_table_agrees_with_the_tflm_interpreter(tmp_path, name, quantize, runs):
-    """EXP is float-only and GELU has no kernel in TFLite Micro: the interpreter says so too."""
+    """EXP is float-only and GELU has no kernel in TFLite Micro: the interpreter says so too;
+    in 16x8 (float I/O: QUANTIZE to int16, DEQUANTIZE from it) TANH runs and EXP does not."""
     import numpy as np
     import tensorflow as tf
 
@@ -162,11 +164,12 @@ def test_tflm_table_agrees_with_the_tflm_interpreter(tmp_path, name, quantize, r
     from rewriter.export.tflite import export_tflite
     from tests.test_targets import build_model
 
-    fn = {"exp": tf.exp, "gelu": lambda x: (0.5 * x) * tf.math.erfc(-x * 0.7071067811865476)}
+    fn = {"exp": tf.exp, "tanh": tf.tanh,
+          "gelu": lambda x: (0.5 * x) * tf.math.erfc(-x * 0.7071067811865476)}
     path = tmp_path / "m.tflite"
     cal = [{"x": np.linspace(-1, 1, 8, dtype="float32").reshape(1, 8)}] * 2
     export_tflite(build_model(fn[name], (1, 8)), path, quantize=quantize,
-                  calibration=cal if quantize == "int8" else None)
+                  calibration=cal if quantize in ("int8", "16x8") else None)
     table_ok = load_target("tflm").check_artifact(str(path)).ok
     try:
         interp = runtime.Interpreter.from_file(str(path))
@@ -176,3 +179,41 @@ def test_tflm_table_agrees_with_the_tflm_interpreter(tmp_path, name, quantize, r
     except Exception:  # the TFLM runtime raises a plain RuntimeError on allocation
         interp_ok = False
     assert table_ok == interp_ok == runs
+
+
+def test_16x8_kernels_are_a_column_of_each_table():
+    """Each TFLite table says which ops have a 16x8 kernel (int16 activations): an int16 op
+    without one is refused with that reason, the same op in int8 is not; the Edge TPU runs no
+    16x8 at all, and says why before anything is loaded."""
+    from rewriter.targets.opfacts import OpFacts
+
+    tflm, ethos, lite = (load_target(n) for n in ("tflm", "ethos-u55-128", "tflite"))
+    assert tflm.int16_kernel("CONV_2D") and not tflm.int16_kernel("REDUCE_MAX")
+    assert ethos.int16_kernel("CONV_2D") and not ethos.int16_kernel("ELU")
+    assert lite.int16_kernel("CONV_2D") and not lite.int16_kernel("SQUARED_DIFFERENCE")
+    v = tflm.judge(OpFacts("r", "REDUCE_MAX", dtype="int16", out_dtype="int16"))
+    assert not v.supported and v.constraint == "int16" and "no 16x8 kernel" in v.reason
+    assert tflm.judge(OpFacts("r", "REDUCE_MAX", dtype="int8", out_dtype="int8")).supported
+    for name in ("tflm", "ethos-u55-128", "ethos-u85-256", "tflite"):
+        assert load_target(name).resolve_quantize("16x8") == "16x8"
+    for name, why in (("edgetpu", "8-bit quantized models only"),
+                      ("gpu", "lists no 16x8 kernels"), ("onnx", "exports ONNX")):
+        with pytest.raises(UserError, match=why):
+            load_target(name).resolve_quantize("16x8")
+
+
+def test_16x8_on_the_edge_tpu_is_refused_before_loading(cli, tmp_path):
+    code, _, err = cli(tmp_path / "missing.keras", "--target", "edgetpu", "--quantize", "16x8",
+                       "-o", tmp_path / "out")
+    assert code == 2 and err.strip().splitlines()[-1] == (
+        "error: edgetpu does not run 16x8 (int16 activations, int8 weights): the Edge TPU runs "
+        "8-bit quantized models only (every tensor int8/uint8); use --quantize int8, or a "
+        "target that runs 16x8 (`rewrite targets` lists them)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_int16_table_section_takes_one_of_ops_except_refused():
+    data = _edgetpu_data()
+    data["int16"] = {"ops": ["ADD"], "refused": "no"}
+    with pytest.raises(UserError, match="takes exactly one of ops, except, refused"):
+        target_from_table(data)

@@ -242,7 +242,7 @@ def _deploy(model: Model, target: Target, quantize: str, args: argparse.Namespac
                             vela=not getattr(args, "no_vela", False))
     res = deployment.exported.result
     if res is not None:
-        calibration = [data.calibration_warning] if quantize == "int8" else []
+        calibration = [data.calibration_warning] if quantize in ("int8", "16x8") else []
         result["export"] = {"format": res.format, "size": res.size,
                             "warnings": [*res.warnings, *filter(None, calibration)]}
     return deployment

@@ -26,6 +26,7 @@ from rewriter.commands._common import (
 from rewriter.defaults import (
     CALIBRATION_CAP,
     DEFAULT_OPSET,
+    INTEGER_MODES,
     QUANTIZE_MODES,
     RECOVER_EPOCHS,
     VERIFY_SAMPLES,
@@ -45,8 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", "-t", required=True, help="target name (see `rewrite targets`)")
     parser.add_argument("-o", "--out", default="out", help="output directory (default: out)")
     parser.add_argument("--quantize", choices=QUANTIZE_MODES,
-                        help="TFLite quantization (default: the target's, int8 for edgetpu and "
-                        "ethos-u*)")
+                        help="TFLite quantization (default: the target's, int8 for edgetpu, "
+                        "ethos-u* and tflm); 16x8 = int16 activations, int8 weights, where the "
+                        "target runs it (ethos-u*, tflm, tflite)")
     parser.add_argument("--opset", type=onnx_opset, help=f"ONNX opset for ONNX targets (default {DEFAULT_OPSET})")
     parser.add_argument("--exact-only", action="store_true",
                         help="refuse approximate rules (ops they would fix stay unsupported)")
@@ -100,6 +102,7 @@ def validate(args: argparse.Namespace) -> None:
 
     target = load_target(args.target, args.opset)
     configure(target, args.system_config, args.memory_mode)
+    target.resolve_quantize(args.quantize)  # e.g. 16x8 where the target runs 8-bit only
     if target.runtime == "tflm":
         from rewriter.verify.tflm import MISSING, tflm_available
 
@@ -133,7 +136,7 @@ def run(args: argparse.Namespace, ui: Any) -> int:
 
         for note in assumptions(model):
             ui.info(f"note: {note}")
-        if target.resolve_quantize(args.quantize) == "int8":
+        if target.resolve_quantize(args.quantize) in INTEGER_MODES:
             check_weights(model, masks_fixed=True)  # before the job, not at the quantizer
         from rewriter.verify.data import parse_ranges
 

@@ -34,7 +34,12 @@ from typing import Any
 
 import numpy as np
 
-from rewriter.defaults import CALIBRATION_SAMPLES, CALIBRATION_SEED, QUANTIZE_MODES
+from rewriter.defaults import (
+    CALIBRATION_SAMPLES,
+    CALIBRATION_SEED,
+    INTEGER_MODES,
+    QUANTIZE_MODES,
+)
 from rewriter.export.request import (
     export_error_json,
     model_request,
@@ -67,15 +72,16 @@ def export_tflite(model: Model, path: str | os.PathLike, quantize: str = "none",
         raise ExportError(f"unknown quantization {quantize!r}; choose one of "
                           f"{', '.join(QUANTIZE_MODES)}", format="tflite")
     warnings: list[str] = []
-    if quantize == "int8":
+    if quantize in INTEGER_MODES:
         _refuse_loops(model)
         calibration = _calibration_samples(model, calibration, warnings, calibration_ranges)
         check_weights(model)
         check_samples(calibration, "calibration data")
     elif int8_io:
-        warnings.append("int8 input/output needs --quantize int8; kept float input/output")
+        warnings.append("integer input/output needs --quantize int8 or 16x8; kept float "
+                        "input/output")
     start = time.perf_counter()
-    data, route = _convert(model, quantize, calibration, int8_io and quantize == "int8")
+    data, route = _convert(model, quantize, calibration, int8_io and quantize in INTEGER_MODES)
     seconds = time.perf_counter() - start
     repairs = []
     if quantize == "int8" and int8_io:
@@ -89,9 +95,9 @@ def export_tflite(model: Model, path: str | os.PathLike, quantize: str = "none",
         warnings.append(f"converted by the {route} route: the file has no signature, so runners "
                         "match its inputs/outputs to the model's by order")
     ops, float_ops, io = tflite_ops(data)
-    float_ops = float_ops if quantize == "int8" else []
-    if quantize == "int8" and float_ops:
-        warnings.append("int8 conversion left ops in float (DEQUANTIZE -> op -> QUANTIZE): "
+    float_ops = float_ops if quantize in INTEGER_MODES else []
+    if quantize in INTEGER_MODES and float_ops:
+        warnings.append(f"{quantize} conversion left ops in float (DEQUANTIZE -> op -> QUANTIZE): "
                         + ", ".join(sorted(set(float_ops))))
     out = str(atomic_write_bytes(path, data))
     return ExportResult(path=out, format="tflite", quantize=quantize, size=len(data), ops=ops,
@@ -238,6 +244,14 @@ def _configure(converter: Any, model: Model, quantize: str,
         if int8_io:
             converter.inference_input_type = tf.int8
             converter.inference_output_type = tf.int8
+    elif quantize == "16x8":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = _representative(model, calibration or [], route)
+        converter.target_spec.supported_ops = [
+            tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
+        if int8_io:  # integer I/O: int16 in 16x8
+            converter.inference_input_type = tf.int16
+            converter.inference_output_type = tf.int16
 
 
 def _representative(model: Model, samples: list[dict[str, np.ndarray]], route: str) -> Any:

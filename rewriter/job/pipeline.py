@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from rewriter.defaults import RECOVER_EPOCHS, VERIFY_SAMPLES
+from rewriter.defaults import INTEGER_MODES, RECOVER_EPOCHS, VERIFY_SAMPLES
 from rewriter.ir.model import Model
 from rewriter.job.results import Attempt, Diagnostics, Job, Retry
 from rewriter.job.stages import (
@@ -171,7 +171,7 @@ def _attempt(ctx: _Context, exclude: frozenset[str] = frozenset()) -> Attempt:
             warnings.append(artifact.fallback)
         diagnostics.histograms["artifact"] = error_histograms(ctx.reference, artifact.outputs)
     layers = None
-    if artifact is not None and ctx.quantize == "int8" and target.artifact == "tflite":
+    if artifact is not None and ctx.quantize in INTEGER_MODES and target.artifact == "tflite":
         layers = _int8_layers(ctx, deployment.exported.path, rewritten)
         _forget(rewritten)
         if not artifact.ok:
@@ -198,7 +198,7 @@ def _recover(ctx: _Context, attempt: Attempt, bar: Bar | None) -> tuple[Attempt,
 
     steps, target, opts = ctx.steps, ctx.target, ctx.opts
     rewritten = attempt.rewrite.model
-    int8 = ctx.quantize == "int8" and target.artifact == "tflite"
+    int8 = ctx.quantize == "int8" and target.artifact == "tflite"  # simulated in the loop
     ranges = tensor_ranges(attempt.deployment.exported.path, rewritten) if int8 else None
     train = ctx.data.calibration_samples or []
     teacher = _run_all(ctx.model, train)

@@ -30,6 +30,7 @@ from rewriter.defaults import (
     CALIBRATION_CAP,
     CALIBRATION_SAMPLES,
     CALIBRATION_SEED,
+    INTEGER_MODES,
     VERIFY_SAMPLES,
     VERIFY_SEED,
 )
@@ -75,7 +76,7 @@ class Steps:
 
 # ----------------------------------------------------------------------------- data
 #: Quantisation modes whose converter calibrates activation ranges on samples.
-CALIBRATED = ("int8",)
+CALIBRATED = INTEGER_MODES
 
 
 @dataclass
@@ -243,10 +244,11 @@ class Exported:
 
 
 def wants_int8_io(target: Target, requested: bool | None, quantize: str) -> bool:
-    """int8 input/output: as requested, else for int8 accelerators (Edge TPU, Ethos-U), where
-    float I/O would add a QUANTIZE and a DEQUANTIZE that run on the CPU; only for int8 files."""
+    """Integer input/output (int8, int16 for 16x8): as requested, else for int8 accelerators
+    (Edge TPU, Ethos-U, TFLite Micro), where float I/O would add a QUANTIZE and a DEQUANTIZE
+    that run on the CPU; only for integer files."""
     wanted = requested if requested is not None else target.default_quantize == "int8"
-    return bool(wanted) and quantize == "int8"
+    return bool(wanted) and quantize in INTEGER_MODES
 
 
 def export_artifact(model: Model, target: Target, quantize: str, path: Path,

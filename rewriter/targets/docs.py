@@ -25,6 +25,9 @@ def render_markdown(target: Target) -> str:
     else:
         lines.append(f"* Target: `{target.name}`")
     lines.append("* Sources: " + ", ".join(f"<{s}>" for s in target.sources))
+    if target.artifact == "tflite":
+        lines.append("* 16x8 (`--quantize 16x8`: int16 activations, int8 weights): "
+                     + _int16(target))
     lines.append("")
     if target.ops_from == "tflite-schema":
         lines += ["Every builtin operator of the TFLite flatbuffer schema "
@@ -49,7 +52,9 @@ def render_markdown(target: Target) -> str:
             lines += ["Constraints marked (warning) are limits the documentation says *might* "
                       "keep the op off the accelerator: the op counts as mapped and the report "
                       "carries the warning.", ""]
-        head = "| Op | Constraints |" + (" Documented limitation |" if documented else "")
+        runs16 = target.no_16x8() is None
+        head = ("| Op | Constraints |" + (" 16x8 kernel |" if runs16 else "")
+                + (" Documented limitation |" if documented else ""))
         lines += [head + " Note |", "|" + " --- |" * (head.count("|"))]
         for op in sorted(target.ops):
             e = target.ops[op]
@@ -58,13 +63,33 @@ def render_markdown(target: Target) -> str:
             doc = ((f" \"{e.doc}\" ({_link(e.source)}) |" if e.doc else
                     f" listed, no limit ({_link(e.source)}) |" if e.source else " |")
                    if documented else "")
-            lines.append(f"| {op} | {rules} |{doc} {e.note or ''} |")
+            k16 = (" yes |" if target.int16_kernel(op) else " no |") if runs16 else ""
+            lines.append(f"| {op} | {rules} |{k16}{doc} {e.note or ''} |")
         lines.append("")
     if target.unsupported:
         lines += ["## Known unsupported ops", "", "| Op | Note |", "| --- | --- |"]
         lines += [f"| {op} | {note or ''} |" for op, note in sorted(target.unsupported.items())]
         lines.append("")
     return "\n".join(lines)
+
+
+def _int16(target: Target) -> str:
+    """The table's ``[int16]`` section in words."""
+    sec = target.int16 or {}
+    why = target.no_16x8()
+    if why:
+        text = f"not run: {why}"
+    elif "ops" in sec:
+        text = "kernels for " + ", ".join(sorted(sec["ops"])) + " (the 16x8 kernel column)"
+    else:
+        text = ("every op but " + ", ".join(sorted(sec["except"])) if sec.get("except")
+                else "every op the converter emits")
+    if sec.get("doc"):
+        text += f". {sec['doc']}"
+    src = sec.get("source")
+    if src and not src.startswith("http"):
+        return text + f" (measured: `{src}`)"
+    return text + (f" ({_link(src)})" if src else "")
 
 
 def _link(url: str | None) -> str:
@@ -88,10 +113,11 @@ def _render_index() -> str:
              "the exported `.tflite`/`.onnx` (which decides). For Ethos-U targets Vela is run on",
              "the exported file and its placement overrides the table. Exit code 0: the target",
              "lacks nothing; 1: unsupported ops remain; 2: bad usage or input.", "",
-             "| Target | Table | Artifact | Default quantization | Source |",
-             "| --- | --- | --- | --- | --- |"]
+             "| Target | Table | Artifact | Default quantization | 16x8 | Source |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for t in list_targets():
         lines.append(f"| `{t.name}` | [{t.table_name}]({t.table_name}.md) | .{t.artifact} | "
-                     f"{t.default_quantize} | <{t.source}> |")
+                     f"{t.default_quantize} | {'no' if t.no_16x8() else 'yes'} | "
+                     f"<{t.source}> |")
     lines.append("")
     return "\n".join(lines)

@@ -503,8 +503,10 @@ def _float_ops_in_int8() -> set[str]:
 def tf_level_dtype(target_op: str, tf_dtype: str | None, quantize: str, artifact: str) -> str:
     """The dtype a target op will compute in after conversion with ``quantize``."""
     tf_dtype = tf_dtype or "float32"
-    if artifact == "onnx" or quantize != "int8" or tf_dtype != "float32":
+    if artifact == "onnx" or quantize not in ("int8", "16x8") or tf_dtype != "float32":
         return tf_dtype
+    if quantize == "16x8":
+        return "int16"
     return "float32" if target_op in _float_ops_in_int8() else "int8"
 
 

@@ -31,7 +31,11 @@ TABLE_DIR = op_tables_dir()
 _TOP_KEYS = {"name", "title", "sources", "version", "artifact", "default_quantize",
              "partitioning", "configs", "unsupported_note", "generic", "ops", "unsupported",
              "ops_from", "default_opset", "ops_label", "runtime",
-             "grouped_conv"}
+             "grouped_conv", "int16"}
+#: Keys of a table's ``[int16]`` section (16x8: int16 activations, int8 weights): the ops with
+#: a 16x8 kernel (``ops``), or every op but ``except``, or ``refused`` (why the target runs no
+#: 16x8 at all); ``doc`` and ``source`` say where it was read or how it was measured.
+INT16_KEYS = {"ops", "except", "refused", "doc", "source", "note"}
 _REQUIRED = ("name", "title", "sources", "version", "artifact", "default_quantize",
              "partitioning")
 _ENUMS = {"artifact": ("tflite", "onnx"), "default_quantize": QUANTIZE_MODES,
@@ -86,6 +90,11 @@ def validate_table(path: Path, data: dict[str, Any]) -> None:
         for op, entry in data.get(section, {}).items():
             if not isinstance(entry, dict):
                 raise UserError(f"{path.name}: [{section}.{op}] must be a table")
+    int16 = data.get("int16")
+    if int16 is not None and (not isinstance(int16, dict) or set(int16) - INT16_KEYS
+                              or len({"ops", "except", "refused"} & set(int16)) != 1):
+        raise UserError(f"{path.name}: [int16] takes exactly one of ops, except, refused (and "
+                        f"doc, source, note), got {sorted(int16) if isinstance(int16, dict) else int16!r}")
     for op, entry in data.get("unsupported", {}).items():
         bad = set(entry) - set(ENTRY_TEXT_KEYS)
         if bad:

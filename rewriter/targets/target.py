@@ -76,6 +76,8 @@ class Target:
         self.unsupported: dict[str, str | None] = {
             op: e.get("note") for op, e in data.get("unsupported", {}).items()}
         self._onnx_ops = onnx_ops(self.opset) if self.ops_from == "onnx-defs" else {}
+        #: The table's ``[int16]`` section (16x8 kernels), or None: the target runs no 16x8.
+        self.int16: dict[str, Any] | None = data.get("int16")
 
     def __repr__(self) -> str:
         return f"Target({self.name!r})"
@@ -141,6 +143,11 @@ class Target:
                              facts.related_op)
         if facts.blocked:
             return OpVerdict(facts.node, source, facts.op, False, facts.blocked, None, "cpu")
+        if "int16" in (facts.dtype, facts.out_dtype) and not self.int16_kernel(facts.op):
+            return OpVerdict(facts.node, source, facts.op, False,
+                             f"{facts.op}: {self.title} has no 16x8 kernel for it (int16 "
+                             "activations)", "int16", "cpu", facts.related_op,
+                             constraint="int16")
         constraints = self.constraints_for(facts.op)
         for c in constraints:
             hit = c.violation(facts) if c.severity == "error" else None
@@ -191,7 +198,26 @@ class Target:
             raise UserError(f"--quantize {q!r} is not one of {', '.join(QUANTIZE_MODES)}")
         if self.artifact == "onnx" and q != "none":
             raise UserError(f"{self.name} exports ONNX; --quantize {q} applies to TFLite targets")
+        if q == "16x8" and self.no_16x8():
+            raise UserError(f"{self.name} does not run 16x8 (int16 activations, int8 weights): "
+                            f"{self.no_16x8()}; use --quantize int8, or a target that runs "
+                            "16x8 (`rewrite targets` lists them)")
         return q
+
+    def no_16x8(self) -> str | None:
+        """Why the target runs no 16x8 model (its table's ``[int16] refused``, or no such
+        section), or None when it does."""
+        if self.int16 is None:
+            return "its op table lists no 16x8 kernels"
+        return self.int16.get("refused")
+
+    def int16_kernel(self, op: str) -> bool:
+        """Whether the target has a 16x8 kernel (int16 activations) for target op ``op``."""
+        if self.no_16x8() or self.int16 is None:
+            return False
+        if "ops" in self.int16:
+            return op in self.int16["ops"]
+        return op not in self.int16.get("except", [])
 
     # ------------------------------------------------------------------ levels
     def check_graph(self, model: Model, quantize: str | None = None) -> GraphCheck:

@@ -17,8 +17,8 @@ is not starved, and lists, for this target, the remedies that apply:
    x**0.3 or a square root, before it; a model change, then retrain or re-check).
 3. ``16x8``: int16 activations with int8 weights, where the target's op table allows int16 for
    every op of the artifact (Ethos-U and TFLite Micro do for most ops; the Edge TPU runs 8-bit
-   only); the share below one int16 step of the same range is given. ``rewrite`` has no 16x8
-   mode: the remedy says so.
+   only); the share below one int16 step of the same range is given, and the remedy names
+   ``--quantize 16x8``.
 """
 
 from __future__ import annotations
@@ -39,11 +39,13 @@ _NAMED = 6
 
 
 def int16_blockers(target: Target, ops: Sequence[str]) -> list[str]:
-    """The artifact's ops whose table entry (or the target's generic dtypes) excludes int16."""
+    """The artifact's ops with no 16x8 kernel on the target (its table's ``[int16]`` section,
+    or an op entry's (or the generic) dtypes excluding int16)."""
     out = []
     for op in dict.fromkeys(o for o in ops if o not in ("INPUT", "QUANTIZE", "DEQUANTIZE")):
         allowed = next((c.value for c in target.constraints_for(op) if c.kind == "dtypes"), None)
-        if allowed is not None and "int16" not in allowed:
+        if (allowed is not None and "int16" not in allowed) or (
+                not target.no_16x8() and not target.int16_kernel(op)):
             out.append(op)
     return out
 
@@ -152,7 +154,7 @@ def _one(rows: list[OpError], cut: OpError | None, node: str | None, total: int,
                 "LOG, a square root or a power such as x**0.3 of it where it is made (e.g. a "
                 "magnitude instead of a power spectrum, a log-mel from the STFT), then retrain "
                 "or re-check the model"})
-    int16 = target.artifact == "tflite" and not blockers
+    int16 = target.artifact == "tflite" and not blockers and not target.no_16x8()
     at16 = ", ".join(f"{x.node.rsplit('/', 1)[-1]} {_pct(x.below_int16_step)}" for x in rows)
     left = [x for x in rows if (x.below_int16_step or 0.0) > STARVED]
     still = (f" ({len(left)} of {len(rows)} still starved at int16)" if left
@@ -160,16 +162,16 @@ def _one(rows: list[OpError], cut: OpError | None, node: str | None, total: int,
     if int16:
         text16 = (f"16x8 quantization (int16 activations, int8 weights): {target.title}'s op "
                   f"table allows int16 for every op of this artifact; at the int16 step of the "
-                  f"same range, below one step: {at16}{still}. `rewrite` has no 16x8 mode (--quantize is int8, float16 or "
-                  f"none): convert the rewritten saved_model/ with the TFLite converter's "
-                  f"EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8")
+                  f"same range, below one step: {at16}{still}: run the job again with "
+                  f"--quantize 16x8")
     else:
         why = (f"{target.title} runs 8-bit tensors only (its op table's dtypes: "
                f"{', '.join(_generic_dtypes(target) or [])})" if _all_ops_blocked(target)
-               else f"{target.title}'s op table has no int16 for {', '.join(blockers)}")
+               else f"{target.no_16x8()}" if target.no_16x8()
+               else f"{target.title}'s op table has no 16x8 kernel for {', '.join(blockers)}")
         text16 = f"16x8 quantization does not apply: {why}"
-    short16 = (f"16x8 quantization ({len(left)} of {len(rows)} still starved at int16; "
-               "rewrite has no 16x8 mode)") if int16 else None
+    short16 = (f"--quantize 16x8 ({len(left)} of {len(rows)} still starved at int16)"
+               if int16 else None)
     remedies.append({"remedy": "16x8", "applies": int16, "short": short16, "text": text16})
     return {"tensors": [x.node for x in rows], "cut": node if cut is not None else None,
             "below_step": worst.below_step, "threshold": STARVED, "text": text,

@@ -114,9 +114,9 @@ class TolerancePolicy:
         """Exported file vs the original float model, by quantisation mode; ``applied`` are
         the rule applications the exported graph carries (their bounds add to a float file's
         tolerance, as they do to the rewritten graph's)."""
-        if quantize == "int8":
+        if quantize in ("int8", "16x8"):
             return Tolerance(math.inf, 0.0, self.int8_min_cosine,
-                             f"int8 artifact vs float original: pass is cosine >= "
+                             f"{quantize} artifact vs float original: pass is cosine >= "
                              f"{self.int8_min_cosine}")
         rtol = ARTIFACT_RTOL[quantize]
         approx, budget = approximation_budget(applied)
