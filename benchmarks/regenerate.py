@@ -74,6 +74,11 @@ PLAN = [
            R + "model_families_basic_pitch"),
           (R + "model_families_basic_pitch.md", R + "model_families_basic_pitch.json"), 12,
           quick=True),
+    Bench("model_families_basic_pitch_edgetpu",
+          ("benchmarks/model_families.py", "--models", "basic_pitch", "--targets", "edgetpu",
+           "--out", R + "model_families_basic_pitch_edgetpu"),
+          (R + "model_families_basic_pitch_edgetpu.md",
+           R + "model_families_basic_pitch_edgetpu.json"), 30),
     Bench("model_families", ("benchmarks/model_families.py", "--models",
                              "detector,detector_tfkeras,detector_nms"),
           (R + "model_families.md", R + "model_families.json"), 6),
@@ -138,7 +143,7 @@ def check(plan: list[Bench]) -> int:
     for bench in plan:
         for name in bench.files:
             head = stamp.stamp_of(ROOT / name)
-            why = stamp.stale(head, bench.script)
+            why = stamp.stale(head, bench.script) if (ROOT / name).exists() else "missing"
             commit = (head or {}).get("commit") or "-"
             print(f"{name}: {commit[:7]} {(head or {}).get('date', '')}: "
                   + (f"STALE ({why})" if why else "current"))
