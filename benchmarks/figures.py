@@ -13,8 +13,8 @@ files (paths from the repository root; a ``.md`` and its ``.json`` twin are read
 ``N NPU`` / ``N CPU`` must appear with their unit); a file without a stamp (commit,
 command: ``benchmarks/stamp.py``); a passage that does not name its file's commit (7 hex
 digits); and, outside every passage, a measured-looking figure (3+ decimals, or a mantissa with
-decimals and an exponent; not a bound such as ``>= 0.999``) unless :data:`UNRECORDED` lists
-it with the test its paragraph names.
+decimals and an exponent; not a bound such as ``>= 0.999``) unless its paragraph names the
+test that measured it (an open item, :func:`unrecorded`).
 Backquoted text (commands, paths) and
 HTML comments are not figures. :func:`stale` lists the files whose code changed since their
 stamp's commit.
@@ -41,14 +41,10 @@ NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 UNIT = re.compile(r"(?<![\w./-])(\d+) (NPU|CPU)\b")
 MEASURED = re.compile(r"(?<![\w.])(\d+\.\d{3,}|\d+\.\d+e-\d+)(?![\w])")
 
-# Figures the README quotes outside a marked passage, with no results file yet: (figure, the
-# test that measured it, which its paragraph must name). Each is an open item: give it a
-# results file and a passage, then remove it here.
-UNRECORDED = {
-    ("0.99523", "tests/test_recover.py"), ("0.99962", "tests/test_recover.py"),
-    ("0.9994", "tests/test_family_masks.py"), ("0.9996", "tests/test_family_masks.py"),
-    ("0.9998", "tests/test_family_groupnorm.py"),
-}
+# A figure outside a marked passage has no results file. It is tolerated only in a paragraph
+# that names the test which measured it (``tests/....py``): an open item (:func:`unrecorded`
+# lists them; give each a results file and a passage).
+TEST = re.compile(r"tests/[\w/]+\.py")
 
 
 def _prose(text: str) -> str:
@@ -136,16 +132,27 @@ def check(readme_path: Path = ROOT / "README.md", root: Path = ROOT) -> list[str
                 if not re.search(rf"(?<![\w.]){n} {unit}\b|\b{unit}\W{{1,3}}{n}(?![\w.])", text, re.I)]
         if bad:
             problems.append(f"README line {line}: not in {' '.join(files)}: {', '.join(bad)}")
-    loose = []
-    for paragraph in BLOCK.sub("", readme).split("\n\n"):
-        # A bound (">= 0.999", "<= 4.1e-6") states a requirement, not a measurement.
-        prose = re.sub(r"(>=|<=)\s*[\d.e-]+", " ", _prose(paragraph))
-        loose += [t for t in MEASURED.findall(prose)
-                  if not any(t == f and src in paragraph for f, src in UNRECORDED)]
+    loose = [t for t, source in _outside(readme) if not source]
     if loose:
         problems.append("README figures outside a marked passage (no results file): "
                         + ", ".join(loose))
     return problems
+
+
+def _outside(readme: str) -> list[tuple[str, str | None]]:
+    """(figure, the test its paragraph names or None) for each figure outside a passage."""
+    found = []
+    for paragraph in BLOCK.sub("", readme).split("\n\n"):
+        # A bound (">= 0.999", "<= 4.1e-6") states a requirement, not a measurement.
+        prose = re.sub(r"(>=|<=)\s*[\d.e-]+", " ", _prose(paragraph))
+        test = TEST.search(paragraph)
+        found += [(t, test.group(0) if test else None) for t in MEASURED.findall(prose)]
+    return found
+
+
+def unrecorded(readme_path: Path = ROOT / "README.md") -> list[tuple[str, str | None]]:
+    """The README's figures that no results file holds (quoted from a test's run)."""
+    return _outside(readme_path.read_text(encoding="utf-8"))
 
 
 def stale(readme_path: Path = ROOT / "README.md", root: Path = ROOT) -> dict[str, str]:

@@ -148,6 +148,10 @@ def check(plan: list[Bench]) -> int:
             print(f"{name}: {commit[:7]} {(head or {}).get('date', '')}: "
                   + (f"STALE ({why})" if why else "current"))
             bad += bool(why)
+    from benchmarks import figures
+
+    for figure, test in figures.unrecorded():
+        print(f"README figure {figure}: no results file (from {test or 'nowhere'}; an open item)")
     return 1 if bad else 0
 
 
