@@ -170,6 +170,28 @@ def test_an_estimator_export_is_cut_after_its_tf_example_parsing(tf1):
     np.testing.assert_allclose(got, ref, rtol=0, atol=2e-6)
 
 
+def test_restore_and_unfreeze_know_the_same_layouts(tf1, tmp_path, cli):
+    """A foreign-``checkpoint`` directory restored into an empty-prefix ``.meta`` with a stale
+    ``_output_shapes``; the result loads and runs as TensorFlow ran the original."""
+    from rewriter.frontends.checkpoint import read_meta_graph
+
+    target = tmp_path / "target"
+    target.mkdir()
+    meta = read_meta_graph(str(tf1 / "empty_prefix" / ".meta"))
+    stale = next(n for n in meta.graph_def.node if n.name.startswith("gradients/"))
+    stale.attr["_output_shapes"].list.shape.add().dim.add().size = 12345
+    (target / ".meta").write_bytes(meta.SerializeToString())
+    code, _, err = cli("-q", "restore", tf1 / "dir_foreign", "--into", target / ".meta",
+                       "-o", tmp_path / "restored")
+    assert code == 0, err
+    model = load_model(str(tmp_path / "restored"))
+    calib, ref = np.load(tf1 / "calibration.npy"), np.load(tf1 / "reference.npy")
+    np.testing.assert_allclose(model.run({"x": calib[:1]})["predictions"], ref[:1], rtol=0,
+                               atol=2e-6)
+    code, _, err = cli("-q", "unfreeze", tf1 / "empty_prefix", "-o", tmp_path / "unfrozen")
+    assert code == 2 and "this is a checkpoint model, which keeps its variables" in err  # known
+
+
 def test_scalar_input_shapes_parse():
     from rewriter.commands._common import parse_input_shapes, parse_settings
 

@@ -282,10 +282,19 @@ def _var_name(v: Any) -> str:
 
 
 def import_meta_graph(meta_path: str) -> Any:
-    """``import_meta_graph`` into the default graph; UserError when the file cannot be parsed."""
+    """``import_meta_graph`` into the default graph; UserError when the file cannot be parsed.
+
+    ``_output_shapes`` attributes are dropped first: only a cache, and a published training graph
+    can hold stale ones (a gradient node's) that would stop the import."""
     import tensorflow as tf
 
+    from rewriter.frontends.checkpoint import read_meta_graph
+
+    meta_def = read_meta_graph(meta_path)
+    for node in meta_def.graph_def.node:
+        if "_output_shapes" in node.attr:
+            del node.attr["_output_shapes"]
     try:
-        return tf.compat.v1.train.import_meta_graph(meta_path, clear_devices=True)
+        return tf.compat.v1.train.import_meta_graph(meta_def, clear_devices=True)
     except Exception as exc:
         raise UserError(f"cannot parse meta graph {meta_path}: {first_line(exc)}") from None
