@@ -38,6 +38,10 @@ def placement(res: dict[str, Any] | None, target: str) -> dict[str, Any]:
             for w in warned:
                 by_op[w["op"]] = by_op.get(w["op"], 0) + int(w.get("count", 0))
             may_not = sum(by_op.values())
+            # judged before 3363423+1, the list also held ops after the cut (on the CPU): a
+            # count larger than the mapped ops is that, and is left out
+            if may_not and cut and may_not > on:
+                may_not = None
             if may_not:
                 text += f", {may_not} might not be mapped (" + ", ".join(
                     f"{op} x{n}" for op, n in by_op.items()) + ")"

@@ -184,3 +184,15 @@ def test_check_table_speaks_the_compiler_log():
     check = load_target("edgetpu").check_graph(build_model(
         lambda x: tf.concat([x, _w(1, 4)], -1), (1, 4)))
     assert {r["op"]: r["status"] for r in check.table()} == {"CONCATENATION": STATUS_LIMITATION}
+
+
+def test_might_not_be_mapped_counts_only_ops_before_the_cut():
+    """A large RESHAPE after the cut runs on the CPU anyway: it is no 'might not be mapped' op
+    (the zoo's transformer, cut at its first op, was counted 4 of them)."""
+    def fn(x):
+        return tf.reshape(tf.math.erf(x), (1, 4, 8))
+
+    check = load_target("edgetpu").check_graph(build_model(fn, (1, 32)))
+    assert check.cut is not None and check.cut["mapped_before"] == 0
+    assert [v.warning is not None for v in check.verdicts if v.op == "Reshape"] == [True]
+    assert check.warnings_summary() == [] and check.placement()["might_not_map"] == []

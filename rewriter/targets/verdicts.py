@@ -85,7 +85,7 @@ class GraphCheck:
         be (grouped by op and warning)."""
         groups: dict[tuple[str, str], dict[str, Any]] = {}
         for v in self.verdicts:
-            if not v.warning:
+            if not v.warning or v.placement != "accelerator":  # after the cut: on the CPU
                 continue
             g = groups.setdefault((v.op, v.warning), {"op": v.target_op or v.op, "count": 0,
                                                       "warning": v.warning, "nodes": []})
