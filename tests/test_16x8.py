@@ -49,6 +49,7 @@ def test_16x8_job_runs_in_tflite_micro_with_int16_activations(cli, convnet):
     types = _tensor_types(out / "model.tflite")
     assert "int16" in types and "int8" in types and "float32" not in types  # int16 I/O too
     assert "16x8 calibrated on 18 sample(s)" in report["summary"]
+    assert report["int8_layers"]["summary"].startswith("16x8 loses most in layer")
 
 
 @pytest.mark.slow

@@ -313,6 +313,7 @@ def _int8_layers(ctx: _Context, path: Path, rewritten: Model) -> Int8Layers:
     samples = ctx.data.samples[: max(ctx.opts.divergence_samples, 4)]
     with ctx.steps("int8_layers", "measuring int8 error per layer"):
         layers = int8_layer_errors(str(path), rewritten, samples)
+        layers.mode = ctx.quantize
         layers.range_report = diagnose(layers, ctx.target, ctx.model, ctx.quantize)
         return layers
 

@@ -134,6 +134,7 @@ class Int8Layers:
     seconds: float
 
     operators: int = 0  # operators in the file
+    mode: str = "int8"  # the file's quantisation (--quantize int8 or 16x8), named in the text
     #: the range diagnosis (:func:`rewriter.tune.int8_range.diagnose`), set by the job
     range_report: dict[str, Any] | None = None
 
@@ -177,7 +178,7 @@ class Int8Layers:
             return "int8 error per layer: no operator output matched a float tensor"
         w = worst[0]
         out = self.ops[-1] if self.ops else None
-        return (f"int8 loses most in layer {w.layer} ({', '.join(_short(w.ops))}): it adds "
+        return (f"{self.mode} loses most in layer {w.layer} ({', '.join(_short(w.ops))}): it adds "
                 f"relative error {w.added:.3g} (entering {w.error_in:.3g}, leaving "
                 f"{w.error_out:.3g})"
                 + (f", its channel ranges differ {w.channel_spread:.0f}x"
