@@ -192,6 +192,21 @@ def test_restore_and_unfreeze_know_the_same_layouts(tf1, tmp_path, cli):
     assert code == 2 and "this is a checkpoint model, which keeps its variables" in err  # known
 
 
+def test_a_saved_model_with_an_op_of_a_missing_library_is_named(tf1, tmp_path):
+    import shutil
+
+    from rewriter.frontends.safety import read_saved_model
+
+    export = tmp_path / "export"
+    shutil.copytree(tf1 / "estimator" / "export", export)
+    sm = read_saved_model(str(export))
+    node = next(n for n in sm.meta_graphs[0].graph_def.node if n.op == "Relu")
+    node.op = "ImageProjectiveTransform"  # a tf.contrib.image op, not in TensorFlow 2
+    (export / "saved_model.pb").write_bytes(sm.SerializeToString())
+    with pytest.raises(UserError, match=r"'ImageProjectiveTransform'.*tf\.contrib"):
+        load_model(str(export))
+
+
 def test_scalar_input_shapes_parse():
     from rewriter.commands._common import parse_input_shapes, parse_settings
 

@@ -30,6 +30,7 @@ def load_saved_model(directory: str, options: LoadOptions) -> Model:
     import tensorflow as tf
 
     refuse(directory, saved_model_findings(directory), options.unsafe)
+    _check_ops_known(directory)
     check_saved_model(directory)  # sizes before reads
     try:
         loaded = tf.saved_model.load(directory)
@@ -82,6 +83,15 @@ def load_saved_model(directory: str, options: LoadOptions) -> Model:
 
         model = cut_after_parsing(model, options)
     return apply_cut(model, options)
+
+
+def _check_ops_known(directory: str) -> None:
+    """An op of a library that is not installed (tf.contrib, Addons) named before loading."""
+    from rewriter.frontends.safety import read_saved_model
+    from rewriter.frontends.tf1_graph import check_registered
+
+    for meta_graph in read_saved_model(directory).meta_graphs:
+        check_registered(meta_graph.graph_def, directory)
 
 
 def _signature_input_tensors(directory: str, key: str) -> dict[str, str]:

@@ -439,7 +439,8 @@ def check_registered(graph_def: GraphDef, path: str) -> None:
     from tensorflow.python.framework import op_def_registry
 
     functions = {f.signature.name for f in graph_def.library.function}
-    for node in graph_def.node:
+    nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+    for node in nodes:
         if node.op in functions or op_def_registry.get(node.op) is not None:
             continue
         lib = next((v for k, v in _LIBRARIES.items() if node.op.startswith(k)),
