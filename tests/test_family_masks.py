@@ -89,3 +89,14 @@ def test_a_where_mask_is_not_fitted_with_a_bound_of_1e9(masks, tmp_path):
     assert "elementwise_ramps" not in [a["rule"] for a in report["rules_applied"]]
     why = {u["op"]: u.get("why", "") for u in report["unsupported_after"]}
     assert "no fix" in why["SELECT_V2"] and "1e+09" in why["SELECT_V2"], why
+
+
+@pytest.mark.slow
+def test_a_file_tflite_micro_aborts_on_is_not_placed(masks, tmp_path):
+    """The where-mask's int8 file makes TFLite Micro abort (SIGABRT, no message): the job names
+    the operator (found by bisection) instead of "0 unsupported op(s) in the artifact"."""
+    code, report = _rewrite(masks["where"], "tflm", tmp_path / "out")
+    assert code == 1 and report["ok"] is False
+    [entry] = report["unsupported_after"]
+    assert entry["op"] == "GREATER" and "TFLite Micro cannot run" in entry["reason"], entry
+    assert report["equivalence"]["artifact"]["runtime"] == "LiteRT"

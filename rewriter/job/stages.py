@@ -414,6 +414,9 @@ class ArtifactRun:
     comparison: Comparison
     #: Why the file ran in another runtime than the target's (None: it ran in the target's).
     fallback: str | None = None
+    #: What the target's runtime could not run: ``{op, count, reason}`` (an unsupported-op
+    #: entry of the report; the op that made TFLite Micro abort, found by bisection).
+    not_runnable: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -449,6 +452,7 @@ def run_artifact(path: str | Path, runtime: str, quantize: str, model: Model,
 
     names = [o.name for o in model.outputs]
     fallback = None
+    not_runnable = None
     try:
         try:
             runner = artifact_runner(path, "tflm" if runtime == "tflm" else "litert")
@@ -456,14 +460,30 @@ def run_artifact(path: str | Path, runtime: str, quantize: str, model: Model,
         except RunnerError as exc:
             if runtime != "tflm":
                 raise
+            not_runnable = None if exc.ops else _tflm_culprit(path, _after_path(str(exc)))
+            at = (f", from operator #{not_runnable['nodes'][0][1:]} {not_runnable['op']} on"
+                  if not_runnable else "")
             fallback = (f"TFLite Micro has no kernel for {', '.join(exc.ops)}, so the file "
                         "does not load there; its numbers were measured in LiteRT" if exc.ops
-                        else f"TFLite Micro could not run the file ({_after_path(str(exc))}); "
-                        "its numbers were measured in LiteRT")
+                        else f"TFLite Micro could not run the file ({_after_path(str(exc))}"
+                        f"{at}); its numbers were measured in LiteRT")
             runtime = "litert"
             outs = run_samples(artifact_runner(path, "litert"), samples, names)
     except UserError as exc:
         raise UserError(f"the exported artifact does not run: {exc}") from None
     tolerance = policy.for_artifact(quantize, reference, applied)
     return ArtifactRun(runtime, outs, compare_within(reference, outs, tolerance, len(samples)),
-                       fallback)
+                       fallback, not_runnable)
+
+
+def _tflm_culprit(path: str | Path, why: str) -> dict[str, Any] | None:
+    """The unsupported-op entry for the operator TFLite Micro aborts on (None: not one op)."""
+    from rewriter.verify.tflm_culprit import failing_operator
+
+    found = failing_operator(path)
+    if found is None:
+        return None
+    index, op = found
+    return {"op": op, "count": 1, "fix": None, "nodes": [f"#{index}"],
+            "reason": f"{op}: TFLite Micro cannot run the file from this operator on ({why}; "
+                      "the first prefix of the file it fails on ends here)"}

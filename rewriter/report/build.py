@@ -76,6 +76,9 @@ def _attempt_report(attempt: Attempt, why: dict[str, str]) -> dict[str, Any]:
     if attempt.artifact is not None:
         out["equivalence"]["artifact"] = attempt.artifact.to_json()
     out.update(_deployment_report(attempt.deployment, why))
+    blocked = attempt.artifact.not_runnable if attempt.artifact is not None else None
+    if blocked is not None and isinstance(out.get("unsupported_after"), list):
+        out["unsupported_after"].append(dict(blocked))  # the target's runtime cannot run it
     if attempt.int8_layers is not None:
         out["int8_layers"] = attempt.int8_layers.to_json()
     return out
