@@ -4,8 +4,8 @@ children, it has a timeout, and a death by signal is said by name.
 Every child rewriter starts (the supervised job, the converter worker, the jobs of a batch,
 TFLite Micro, Vela) is started by :func:`start` (or :func:`run`, which waits for it):
 
-* **It never outlives its parent.** The child is started through ``python -m
-  rewriter.host.child PID -- ARGV``: that small launcher sets ``PR_SET_PDEATHSIG`` (``prctl``
+* **It never outlives its parent.** The child is started through ``python -S -m
+  rewriter.host._launch PID -- ARGV``: that small launcher sets ``PR_SET_PDEATHSIG`` (``prctl``
   through ctypes: the kernel sends SIGKILL to the child when the thread that started it dies,
   ``kill -9`` included), checks that its parent is still ``PID`` (a parent that died before the
   ``prctl`` is not noticed by the kernel), and ``exec``\\ s ``ARGV``; the setting survives the
@@ -36,7 +36,6 @@ in one module.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -46,10 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: ``prctl`` option: the signal the kernel sends when the parent (thread) dies.
-_PR_SET_PDEATHSIG = 1
-#: Set in the child's environment: the pid of the process that started it.
-ENV_PARENT = "REWRITER_PARENT_PID"
+from rewriter.host._launch import ENV_PARENT
+
 _ROOT = str(Path(__file__).resolve().parents[2])
 
 
@@ -63,7 +60,8 @@ def python_env(env: dict[str, str] | None = None) -> dict[str, str]:
 
 def guarded(argv: Sequence[str]) -> list[str]:
     """``argv`` behind the launcher that ties its life to this process."""
-    return [sys.executable, "-m", "rewriter.host.child", str(os.getpid()), "--", *map(str, argv)]
+    return [sys.executable, "-S", "-m", "rewriter.host._launch", str(os.getpid()), "--",
+            *map(str, argv)]
 
 
 def start(argv: Sequence[str], *, new_group: bool = False, env: dict[str, str] | None = None,
@@ -71,7 +69,7 @@ def start(argv: Sequence[str], *, new_group: bool = False, env: dict[str, str] |
     """Start ``argv`` as a child that dies with this process (``popen``: the rest of
     :class:`subprocess.Popen`'s arguments). ``new_group``: a process group of its own, which
     :func:`stop` signals whole (the terminal's Ctrl-C then no longer reaches it directly)."""
-    env = python_env(env)  # the launcher itself is ``python -m rewriter.host.child``
+    env = python_env(env)  # the launcher (``python -S``: no site) finds rewriter by PYTHONPATH
     env[ENV_PARENT] = str(os.getpid())
     return subprocess.Popen(guarded(argv), env=env, start_new_session=new_group, **popen)
 
@@ -203,31 +201,3 @@ def parent_gone() -> bool:
     """True when this process was started by :func:`start` and that parent has died (this
     process then has another parent: init or a subreaper)."""
     return _started_by is not None and str(os.getppid()) != _started_by
-
-
-def _set_parent_death_signal(sig: int) -> None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(sig), 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the parent check below is all there is
-        pass
-
-
-def _launch(argv: list[str]) -> None:  # pragma: no cover - runs in the launcher process
-    """``PID -- ARGV``: die with SIGKILL when the parent dies, unless it already has; exec."""
-    parent, sep, *command = argv
-    if sep != "--" or not command:
-        sys.exit("usage: python -m rewriter.host.child PARENT_PID -- ARGV...")
-    _set_parent_death_signal(signal.SIGKILL)
-    if str(os.getppid()) != parent:  # the parent died before the prctl took effect
-        os._exit(128 + signal.SIGKILL)
-    os.environ[ENV_PARENT] = parent  # popped when this module was imported
-    try:
-        os.execvp(command[0], command)
-    except OSError as exc:
-        print(f"error: cannot run {command[0]}: {exc.strerror}", file=sys.stderr)
-        os._exit(127)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    _launch(sys.argv[1:])
