@@ -145,12 +145,15 @@ RUN_OUTPUTS = ("model.tflite", "model.onnx", "saved_model", "report.json", "repo
                "report.html", "*_vela.tflite", "*.csv")
 
 
-def rewrite_reports(stage: Any, result: Any) -> None:
-    """Rewrite a finished job's reports with OUT's paths instead of the staging directory's."""
-    from rewriter.report.build import write_reports
+def write_job_reports(stage: Any, result: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """Build a finished job's report from its typed results, with OUT's paths instead of the
+    staging directory's, and write it once: ``report.json``, ``report.md``, ``report.html``.
+    Returns the report and the job's files (artifact, SavedModel, reports) as OUT's paths."""
+    from rewriter.report.build import build_report, write_reports
     from rewriter.report.html import write_html
 
-    result.report = stage.relocate(result.report)
-    result.files = stage.relocate(result.files)
-    write_reports(stage.path, result.report)
-    write_html(stage.path, result.report)
+    report = stage.relocate(build_report(result.job))
+    files = dict(stage.relocate(result.files))
+    files.update({p.name: stage.relocate(str(p)) for p in write_reports(stage.path, report)})
+    files["report.html"] = stage.relocate(str(write_html(stage.path, report)))
+    return report, files

@@ -6,11 +6,11 @@ or ``.onnx`` given as MODEL is checked directly). The artifact decides ``ok``. F
 targets Vela is run on the exported file and its placement overrides the table; disagreements
 are reported. For the Edge TPU the cut point (first unsupported op) is reported.
 
-``plan`` predicts ``rewrite run`` exactly, with its own functions on the same data: the rules
-:func:`rewriter.rewrite.planner.plan_and_apply` applies (each unsupported op's ``fix`` names them), the
-rewritten graph exported, and the second attempt :func:`rewriter.job.pipeline.plan_retry` decides
+``plan`` is what ``rewrite run`` does, because it is ``rewrite run``'s own job run up to the
+deployment (:func:`rewriter.job.pipeline.run_job` with ``until="deploy"``): the rules it applies
+(each unsupported op's ``fix`` names them), the rewritten graph exported, the second attempt
 when the converter re-fuses a rule's output or leaves it in float, and what that file still
-lacks (``artifact_unsupported``); a test runs both on the test models and asserts they agree.
+lacks (``artifact_unsupported``).
 
 Exit codes: 0 when the target lacks nothing the model uses; 1 when unsupported ops remain (the
 check ran; the report says which); 2 for bad usage or bad input.
@@ -20,16 +20,11 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rewriter.ir.model import Model
-    from rewriter.job.results import Retry
-    from rewriter.job.stages import Deployment, JobData, Steps
-    from rewriter.rewrite.passes import RewriteResult
-    from rewriter.rewrite.planner import Plan
+    from rewriter.job.results import Job
     from rewriter.targets import Target
 
 HELP = "report which ops a target lacks, why, and which rule would fix them (exit 1 if any)"
@@ -113,7 +108,14 @@ def run(args: argparse.Namespace, ui: Any) -> int:
 
 def check_model(args: argparse.Namespace, target: Target, quantize: str,
                 ui: Any) -> dict[str, Any]:
-    """Run the levels that apply and assemble the result object (what ``--json`` prints)."""
+    """Run the levels that apply and assemble the result object (what ``--json`` prints).
+
+    A model is checked by the job's own stages (:func:`rewriter.job.pipeline.run_job`) run up
+    to planning (``--graph-only``) or up to deployment: the plan ``rewrite run`` makes, the
+    rewritten graph exported and judged, and the second attempt that verdict asks for. The one
+    thing check adds is the export of the model as given, whose file shows what the target
+    lacks after the converter's own fusions (the same file as the job's when no rule applies).
+    """
     from rewriter.job.stages import Steps, check_artifact, vela_stage
 
     path = Path(args.model)
@@ -122,130 +124,62 @@ def check_model(args: argparse.Namespace, target: Target, quantize: str,
                               "opset": target.opset, "graph": None, "artifact": None,
                               "vela": None, "vela_disagreements": [], "export_error": None}
     steps = Steps(ui.step)
+    vela = not getattr(args, "no_vela", False)
     if path.suffix in (".tflite", ".onnx") and path.is_file():
         verdict = check_artifact(target, path)
-        if target.vela_config and not getattr(args, "no_vela", False):
+        if target.vela_config and vela:
             with steps("vela", f"running Vela ({target.vela_config})"):
                 verdict = vela_stage(verdict, target, path)
         _add_verdict(result, verdict)
         return _decide(result, True)
     from rewriter.commands._common import load_from_args
+    from rewriter.job.pipeline import JobOptions, run_job
+    from rewriter.job.stages import deploy
+    from rewriter.targets.tail import cpu_tail
 
     with ui.step(f"loading {args.model}"):
         model = load_from_args(args)
-    from rewriter.job.stages import job_data
-
-    data = job_data(model, quantize)  # what `rewrite run` calibrates on without --calibration
-    graph = target.check_graph(model, quantize)
-    with steps("plan", "planning the rules `rewrite run` applies"):
-        job = _plan_job(model, target, quantize, data, exact_only=args.exact_only)
-    result["graph"] = _level_json(graph, job.planned)
-    if job.tail is not None:
-        result["cpu_tail"] = job.tail.to_json()
-    if args.graph_only:
-        result["plan"] = job.to_json()
-        return _decide(result, False)
-    deployment = _deploy(model, target, quantize, args, steps, result, data)
+    options = JobOptions(quantize=quantize, exact_only=args.exact_only, run_vela=vela)
+    with tempfile.TemporaryDirectory(prefix="rewrite_check_") as tmp:
+        job = run_job(model, target, Path(tmp), options, progress=ui.step,
+                      until="plan" if args.graph_only else "deploy").job
+        attempt = job.attempt
+        planned = attempt.plan.rules_by_op()
+        result["graph"] = _level_json(job.before, planned)
+        tail = cpu_tail(attempt.rewrite.model, attempt.graph_after)
+        if tail is not None:
+            result["cpu_tail"] = tail.to_json()
+        result["plan"] = _plan_json(job)
+        if attempt.deployment is None:
+            return _decide(result, False)
+        deployment = attempt.deployment
+        if attempt.rewrite.applied or job.retry is not None:
+            deployment = deploy(model, target, quantize, Path(tmp) / "given" / (
+                f"model.{target.artifact}"), steps, job.data.calibration_samples, vela=vela)
+    res = deployment.exported.result
+    if res is not None:
+        calibration = [job.data.calibration_warning] if quantize in ("int8", "16x8") else []
+        result["export"] = {"format": res.format, "size": res.size,
+                            "warnings": [*res.warnings, *filter(None, calibration)]}
     if deployment.exported.error is not None:
         result["export_error"] = deployment.exported.error.to_json()
-    if job.rewrite.applied:  # what run exports: the rewritten graph, again without the
-        job = _predict_retry(job, model, target, quantize, args, steps, data)  # re-fused rules
-    else:
-        job.deployment = deployment
-    result["graph"] = _level_json(graph, job.planned)
     if deployment.verdict is not None:
-        _add_verdict(result, deployment.verdict, job.planned, _fixes_by_target_op(result))
-    result["plan"] = job.to_json()
+        _add_verdict(result, deployment.verdict, planned, _fixes_by_target_op(result))
     result = _decide(result, deployment.verdict is not None)
     if result["ok"]:
         result.pop("cpu_tail", None)  # predicted, but the exported file runs it
     return result
 
 
-@dataclass
-class _JobPlan:
-    """What ``rewrite run`` will do with the model on the job's data: its plan (the rules that
-    fire, per TF op), the rewritten graph, the second attempt's reason (:class:`Retry`) and the
-    verdict on the exported rewritten file (None: not exported)."""
-
-    plan: Plan
-    rewrite: RewriteResult
-    tail: Any
-    retry: Retry | None = None
-    deployment: Deployment | None = None
-
-    @property
-    def planned(self) -> dict[str, str]:
-        return self.plan.rules_by_op()
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``plan`` object of ``report.json`` with what the job's artifact will hold."""
-        out = self.plan.to_json() | {"retry": self.retry.to_json() if self.retry else None}
-        if self.deployment is not None:
-            out["artifact_ok"] = self.deployment.ok
-            out["artifact_unsupported"] = sorted(self.deployment.unsupported_ops())
-        return out
-
-
-def _plan_job(model: Model, target: Target, quantize: str, data: JobData,
-              exclude: frozenset[str] = frozenset(), exact_only: bool = False) -> _JobPlan:
-    """Plan and rewrite as ``rewrite run`` does (:func:`rewriter.rewrite.planner.plan_and_apply` on the
-    job's data: fitted rules need a tensor's range), and the post-processing tail the rewritten
-    graph leaves on the CPU (:func:`rewriter.targets.tail.cpu_tail`) or None."""
-    from rewriter.rewrite.planner import plan_and_apply
-    from rewriter.targets.tail import cpu_tail
-
-    the_plan, rewritten = plan_and_apply(model, target, quantize, exact_only=exact_only,
-                                         exclude=exclude,
-                                         data=data.calibration_samples or data.samples)
-    tail = cpu_tail(rewritten.model, target.check_graph(rewritten.model, quantize))
-    return _JobPlan(the_plan, rewritten, tail)
-
-
-def _predict_retry(job: _JobPlan, model: Model, target: Target, quantize: str,
-                   args: argparse.Namespace, steps: Steps, data: JobData) -> _JobPlan:
-    """Export the rewritten graph as ``rewrite run`` does; when the file still holds an op a
-    planned rule was meant to remove (the converter re-fused it, or left it in float), plan
-    again without those rules (:func:`rewriter.job.pipeline.plan_retry`, the job's own decision)."""
-    from rewriter.job.pipeline import plan_retry
-
-    job.deployment = _export_rewritten(job, target, quantize, args, steps, data)
-    exact_only = job.plan.exact_only
-    retry = plan_retry(job.plan, target, quantize, exact_only, job.deployment.unsupported_ops())
-    if retry is None:
-        return job
-    second = _plan_job(model, target, quantize, data, frozenset(retry.exclude), exact_only)
-    second.deployment = _export_rewritten(second, target, quantize, args, steps, data)
-    retry.ok = second.deployment.ok
-    second.retry = retry
-    return second
-
-
-def _export_rewritten(job: _JobPlan, target: Target, quantize: str, args: argparse.Namespace,
-                      steps: Steps, data: JobData) -> Deployment:
-    from rewriter.job.stages import deploy
-
-    with tempfile.TemporaryDirectory(prefix="rewrite_check_") as tmp:
-        return deploy(job.rewrite.model, target, quantize, Path(tmp) / f"model.{target.artifact}",
-                      steps, data.calibration_samples, vela=not getattr(args, "no_vela", False))
-
-
-def _deploy(model: Model, target: Target, quantize: str, args: argparse.Namespace,
-            steps: Steps, result: dict[str, Any], data: JobData) -> Deployment:
-    """Export to a temp dir, never next to the input, calibrated and with the I/O types as
-    ``rewrite run`` would (:func:`rewriter.job.stages.job_data`), and judge the file."""
-    from rewriter.job.stages import deploy
-
-    with tempfile.TemporaryDirectory(prefix="rewrite_check_") as tmp:
-        deployment = deploy(model, target, quantize, Path(tmp) / f"model.{target.artifact}",
-                            steps, data.calibration_samples,
-                            vela=not getattr(args, "no_vela", False))
-    res = deployment.exported.result
-    if res is not None:
-        calibration = [data.calibration_warning] if quantize in ("int8", "16x8") else []
-        result["export"] = {"format": res.format, "size": res.size,
-                            "warnings": [*res.warnings, *filter(None, calibration)]}
-    return deployment
+def _plan_json(job: Job) -> dict[str, Any]:
+    """The ``plan`` object: what ``rewrite run`` applies, its second attempt, and what the
+    job's artifact will hold."""
+    attempt = job.attempt
+    out = attempt.plan.to_json() | {"retry": job.retry.to_json() if job.retry else None}
+    if attempt.deployment is not None:
+        out["artifact_ok"] = attempt.deployment.ok
+        out["artifact_unsupported"] = sorted(attempt.deployment.unsupported_ops())
+    return out
 
 
 def _add_verdict(result: dict[str, Any], verdict: Any, planned: dict[str, str] | None = None,

@@ -21,7 +21,7 @@ from rewriter.commands._common import (
     load_from_args,
     onnx_opset,
     pixel_map,
-    rewrite_reports,
+    write_job_reports,
 )
 from rewriter.defaults import (
     CALIBRATION_CAP,
@@ -152,14 +152,14 @@ def run(args: argparse.Namespace, ui: Any) -> int:
                              qat=args.qat,
                              epochs=args.epochs, seed=args.seed)
         result = run_job(model, target, stage.path, options, progress=ui.step, bar=ui.bar)
-        rewrite_reports(stage, result)
+        report, files = write_job_reports(stage, result)
     if ui.json_mode:
-        ui.json(result.report)
+        ui.json(report)
     else:
-        ui.out(("OK: " if result.exit_code == 0 else "NOT OK: ") + result.report["summary"])
+        ui.out(("OK: " if result.exit_code == 0 else "NOT OK: ") + report["summary"])
         for key in ("artifact", "saved_model", "report.md", "report.html"):
-            if key in result.files:
-                ui.out(f"  {key}: {result.files[key]}")
-        for w in result.report.get("warnings", []):
+            if key in files:
+                ui.out(f"  {key}: {files[key]}")
+        for w in report.get("warnings", []):
             ui.warn(w)
     return result.exit_code

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +65,8 @@ class Model:
     _fn_cache: dict[tuple[str, ...], Any] = field(default_factory=dict, repr=False, compare=False)
     _weights: tuple[GraphDef, dict[str, Any]] | None = field(default=None, repr=False,
                                                              compare=False)
+    _memo: dict[Any, tuple[int, Any, Any]] = field(default_factory=dict, repr=False,
+                                                   compare=False)
 
     # ----------------------------------------------------------------- structure
     def op_histogram(self) -> dict[str, int]:
@@ -75,6 +77,19 @@ class Model:
                 continue
             counts[node.op] = counts.get(node.op, 0) + 1
         return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def memo(self, key: Any, make: Callable[[], Any], keep: Any = None) -> Any:
+        """``make()`` once per ``key`` for this graph: a verdict on the graph kept with it, so
+        each graph is judged once per state. ``keep`` is held with the value (a key may then
+        use ``id(keep)``). A changed graph (its serialised size differs) is judged afresh;
+        rewrites make new models (:meth:`with_graph`), which start with no memo."""
+        state = self.graph_def.ByteSize()
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] == state:
+            return hit[2]
+        value = make()
+        self._memo[key] = (state, keep, value)
+        return value
 
     def with_graph(self, graph_def: GraphDef, note: str | None = None) -> Model:
         """A copy of this model with another graph (same signature), e.g. after a rewrite."""

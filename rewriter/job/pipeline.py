@@ -28,6 +28,7 @@ from rewriter.job.results import Attempt, Diagnostics, Job, Retry
 from rewriter.job.stages import (
     ArtifactRun,
     Bar,
+    Deployment,
     JobData,
     Progress,
     Steps,
@@ -35,6 +36,7 @@ from rewriter.job.stages import (
     deploy,
     job_data,
     no_progress,
+    promote,
     run_artifact,
 )
 from rewriter.rewrite.passes import RewriteResult
@@ -71,10 +73,19 @@ class JobOptions:
 
 @dataclass
 class JobResult:
+    """A finished job: every stage's typed result (``job``), the exit code, and the files
+    written (``saved_model``, ``artifact``). The reports are written by the caller, once,
+    from ``job`` (:func:`rewriter.report.build.build_report`)."""
+
     job: Job
-    report: dict[str, Any]
     exit_code: int
     files: dict[str, str] = field(default_factory=dict)
+
+
+#: How far :func:`run_job` goes: ``plan`` (plan and rewrite, judge the rewritten graph),
+#: ``deploy`` (also export and judge the file, and the second attempt that verdict asks for:
+#: what ``rewrite check`` runs), ``all`` (the whole job).
+UNTIL = ("plan", "deploy", "all")
 
 
 @dataclass
@@ -89,16 +100,16 @@ class _Context:
     data: JobData
     reference: dict[str, np.ndarray]
     steps: Steps
+    until: str = "all"
 
 
 def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | None = None,
-            progress: Progress = no_progress, bar: Bar | None = None) -> JobResult:
-    """Run the whole job for ``model`` on ``target``, writing artifacts into ``outdir``;
-    ``bar(description, total)`` (a context giving ``advance(n, text)``) shows the epochs of
-    ``--recover``."""
-    from rewriter.report.build import build_report, write_reports
-    from rewriter.report.html import write_html
-
+            progress: Progress = no_progress, bar: Bar | None = None,
+            until: str = "all") -> JobResult:
+    """Run the job for ``model`` on ``target``, writing artifacts into ``outdir``, as far as
+    ``until`` (:data:`UNTIL`); ``bar(description, total)`` (a context giving
+    ``advance(n, text)``) shows the epochs of ``--recover``."""
+    assert until in UNTIL, until
     opts = options or JobOptions()
     quantize = target.resolve_quantize(opts.quantize)
     steps = Steps(progress)
@@ -106,38 +117,40 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
         before = target.check_graph(model, quantize)
     data = job_data(model, quantize, opts.calibration, opts.inputs, opts.samples,
                     opts.calibration_samples, opts.input_ranges, opts.pixels,
-                    hold_out=opts.recover or opts.qat)
-    with steps("run_original", "running the original model"):
-        reference = _run_all(model, data.samples)
-    _forget(model)
-    ctx = _Context(model, target, quantize, opts, outdir, data, reference, steps)
+                    hold_out=until == "all" and (opts.recover or opts.qat))
+    reference: dict[str, np.ndarray] = {}
+    if until == "all":
+        with steps("run_original", "running the original model"):
+            reference = _run_all(model, data.samples)
+        _forget(model)
+    ctx = _Context(model, target, quantize, opts, outdir, data, reference, steps, until)
     attempt = _attempt(ctx)
-    retry = plan_retry(attempt.plan, target, quantize, opts.exact_only,
-                       attempt.deployment.unsupported_ops())
+    retry = None
+    if attempt.deployment is not None:
+        retry = plan_retry(attempt.plan, target, quantize, opts.exact_only,
+                           attempt.deployment.unsupported_ops())
     if retry is not None:
         # The second attempt's files replace the first's, so its results are the ones kept
         # (the first failed too); the retry says what was tried and why.
         attempt = _attempt(ctx, frozenset(retry.exclude))
         retry.ok = attempt.ok
     recovery = None
-    if (opts.recover or opts.qat) and attempt.deployment.exported.ok:
+    if (until == "all" and (opts.recover or opts.qat) and attempt.deployment is not None
+            and attempt.deployment.exported.ok):
         attempt, recovery = _recover(ctx, attempt, bar)
     job = Job(model, target, quantize, before, data, attempt, retry, steps.timings, recovery)
-    report = build_report(job)
-    files = {"saved_model": attempt.saved_model}
-    if attempt.deployment.exported.ok:
+    files = {}
+    if attempt.saved_model is not None:
+        files["saved_model"] = attempt.saved_model
+    if until == "all" and attempt.deployment is not None and attempt.deployment.exported.ok:
         files["artifact"] = str(attempt.deployment.exported.path)
-    files.update({p.name: str(p) for p in write_reports(outdir, report)})
-    files["report.html"] = str(write_html(outdir, report))
-    return JobResult(job, report, 0 if job.ok else 1, files)
+    return JobResult(job, 0 if job.ok else 1, files)
 
 
 def _attempt(ctx: _Context, exclude: frozenset[str] = frozenset()) -> Attempt:
-    """Plan and rewrite (rules in ``exclude`` not used), verify in TF, export, check and run
-    the artifact."""
-    from rewriter.export.saved_model import export_saved_model
+    """Plan and rewrite (rules in ``exclude`` not used) and judge the rewritten graph; then, as
+    far as ``ctx.until`` asks, verify it in TF, export, check and run the artifact."""
     from rewriter.rewrite.planner import plan_and_apply
-    from rewriter.verify.histograms import error_histograms
 
     steps, target = ctx.steps, ctx.target
     with steps("rewrite", "planning and rewriting"):
@@ -147,6 +160,11 @@ def _attempt(ctx: _Context, exclude: frozenset[str] = frozenset()) -> Attempt:
     rewritten = result.model
     with steps("check_rewritten"):
         graph_after = target.check_graph(rewritten, ctx.quantize)
+    if ctx.until == "plan":
+        return Attempt(the_plan, result, graph_after)
+    if ctx.until == "deploy":
+        return Attempt(the_plan, result, graph_after, deployment=_deploy(ctx, rewritten,
+                                                                         ctx.outdir))
     with steps("verify_tf", "verifying the rewritten graph in TF"):
         rewritten_out = _run_all(rewritten, ctx.data.samples)
         tf_cmp = _compare_rewritten(ctx.reference, rewritten_out, result.applied,
@@ -154,49 +172,90 @@ def _attempt(ctx: _Context, exclude: frozenset[str] = frozenset()) -> Attempt:
     warnings: list[str] = []
     diagnostics = _diagnostics(ctx, the_plan, result, rewritten_out, warnings)
     _forget(ctx.model, rewritten, keep=rewritten)
-    with steps("saved_model", "writing the rewritten SavedModel"):
-        saved_model = export_saved_model(rewritten, ctx.outdir / "saved_model").path
-    _forget(rewritten)  # hold no TF function over a graph while the converter runs
-    deployment = deploy(rewritten, target, ctx.quantize, ctx.outdir / f"model.{target.artifact}",
-                        steps, ctx.data.calibration_samples, ctx.opts.int8_io, ctx.opts.run_vela,
-                        ctx.outdir)
-    artifact = None
+    out = _deliver(ctx, rewritten, ctx.outdir, result.applied,
+                   "writing the rewritten SavedModel")
+    if out.histogram is not None:
+        diagnostics.histograms["artifact"] = out.histogram
+    return Attempt(the_plan, result, graph_after, tf_cmp, diagnostics, out.saved_model,
+                   out.deployment, out.artifact, [*warnings, *out.warnings], out.layers,
+                   rewrite_warnings=warnings)
+
+
+def _deploy(ctx: _Context, model: Model, outdir: Path, calibration: Any = None) -> Deployment:
+    """Export ``model`` into ``outdir`` as the job's artifact and judge the file
+    (:func:`rewriter.job.stages.deploy`)."""
+    return deploy(model, ctx.target, ctx.quantize, outdir / f"model.{ctx.target.artifact}",
+                  ctx.steps, ctx.data.calibration_samples if calibration is None else calibration,
+                  ctx.opts.int8_io, ctx.opts.run_vela, outdir)
+
+
+@dataclass
+class _Delivery:
+    """A graph delivered: its SavedModel, the deployed file and its verdict, the file run on
+    the job's samples (None: the export failed), its int8 error per layer, what to warn."""
+
+    saved_model: str
+    deployment: Deployment
+    artifact: ArtifactRun | None
+    layers: Int8Layers | None
+    histogram: dict[str, Any] | None
+    warnings: list[str]
+
+
+def _deliver(ctx: _Context, model: Model, outdir: Path, applied: Any, message: str,
+             calibration: Any = None) -> _Delivery:
+    """The one path from a graph to a proven file: the SavedModel, export and verdict
+    (:func:`_deploy`), the file run in its runtime against the original's outputs, and for an
+    int8 ``.tflite`` the error of every layer."""
+    from rewriter.export.saved_model import export_saved_model
+    from rewriter.verify.histograms import error_histograms
+
+    target = ctx.target
+    with ctx.steps("saved_model", message):
+        saved_model = export_saved_model(model, outdir / "saved_model").path
+    _forget(model)  # hold no TF function over a graph while the converter runs
+    deployment = _deploy(ctx, model, outdir, calibration)
+    artifact = layers = histogram = None
+    warnings: list[str] = []
     if deployment.exported.result is not None:
         warnings.extend(deployment.exported.result.warnings)
-        with steps("verify_artifact", "running the artifact"):
+        with ctx.steps("verify_artifact", "running the artifact"):
             artifact = run_artifact(deployment.exported.path, artifact_runtime(target),
                                     ctx.quantize, ctx.model, ctx.data.samples, ctx.reference,
-                                    result.applied)
+                                    applied)
         if artifact.fallback:
             warnings.append(artifact.fallback)
-        diagnostics.histograms["artifact"] = error_histograms(ctx.reference, artifact.outputs)
-    layers = None
-    if artifact is not None and ctx.quantize in INTEGER_MODES and target.artifact == "tflite":
-        layers = _int8_layers(ctx, deployment.exported.path, rewritten)
-        _forget(rewritten)
-        if not artifact.ok:
-            warnings.append(layers.describe())
-            warnings.extend(range_lines(layers.range_report))
-    return Attempt(the_plan, result, graph_after, tf_cmp, diagnostics, saved_model, deployment,
-                   artifact, warnings, layers)
+        histogram = error_histograms(ctx.reference, artifact.outputs)
+        if ctx.quantize in INTEGER_MODES and target.artifact == "tflite":
+            layers = _int8_layers(ctx, deployment.exported.path, model)
+            _forget(model)
+            if not artifact.ok:
+                warnings.append(layers.describe())
+                warnings.extend(range_lines(layers.range_report))
+    return _Delivery(saved_model, deployment, artifact, layers, histogram, warnings)
+
+
+#: Where ``--recover`` delivers the fine-tuned graph, inside the job's directory, before it
+#: replaces the first artifact (only when it is better).
+CANDIDATE_DIR = ".recover"
 
 
 def _recover(ctx: _Context, attempt: Attempt, bar: Bar | None) -> tuple[Attempt, Recovery]:
-    """Fine-tune the rewritten graph by distillation from the original (int8 simulated for an
-    int8 artifact, at the ranges the converter chose), then export, check and run it again;
-    the returned attempt is the fine-tuned one, the rules' proof (``tf``) the first's.
-
-    The fine-tuned artifact is kept only when its error on the fine-tuning inputs (never the
-    held-back ones) is below the first artifact's; otherwise the first is exported again and
-    the report says so."""
+    """One more stage: fine-tune the rewritten graph by distillation from the original (int8
+    simulated for an int8 artifact, at the ranges the converter chose), then deliver it as any
+    attempt is (:func:`_deliver`: SavedModel, export, verdict, run) into a candidate directory.
+    The candidate's files replace the first attempt's only when its error on the fine-tuning
+    inputs (never the held-back ones) is below the first artifact's; otherwise they are dropped
+    and the first attempt stands as it was, files and results. Either way the attempt returned
+    describes the files on disk; its rules' proof (``tf``) is the first's."""
     import contextlib
+    import shutil
 
-    from rewriter.export.saved_model import export_saved_model
     from rewriter.tune.recover import float_comparison, recover
-    from rewriter.verify.histograms import error_histograms
     from rewriter.verify.int8_layers import tensor_ranges
 
     steps, target, opts = ctx.steps, ctx.target, ctx.opts
+    assert attempt.deployment is not None and attempt.tf is not None
     rewritten = attempt.rewrite.model
     int8 = ctx.quantize == "int8" and target.artifact == "tflite"  # simulated in the loop
     ranges = tensor_ranges(attempt.deployment.exported.path, rewritten) if int8 else None
@@ -221,49 +280,37 @@ def _recover(ctx: _Context, attempt: Attempt, bar: Bar | None) -> tuple[Attempt,
     tuned = result.model
     with steps("verify_recovered", "running the fine-tuned graph"):
         float_after = float_comparison(ctx.reference, tuned, ctx.data.samples)
-    with steps("saved_model", "writing the fine-tuned SavedModel"):
-        saved_model = export_saved_model(tuned, ctx.outdir / "saved_model").path
-    deployment = deploy(tuned, target, ctx.quantize, ctx.outdir / f"model.{target.artifact}",
-                        steps, train, opts.int8_io, opts.run_vela, ctx.outdir)
-    first = attempt.int8_layers
-    first_layers = ([first.describe(), *range_lines(first.range_report)]
-                    if first is not None else [])
-    warnings = [w for w in attempt.warnings if w not in first_layers]
-    artifact = layers = None
-    histograms = dict(attempt.diagnostics.histograms)
-    if deployment.exported.result is not None:
-        with steps("verify_artifact", "running the artifact"):
-            artifact = run_artifact(deployment.exported.path, artifact_runtime(target),
-                                    ctx.quantize, ctx.model, ctx.data.samples, ctx.reference)
-        histograms["artifact"] = error_histograms(ctx.reference, artifact.outputs)
-        if int8:
-            layers = _int8_layers(ctx, deployment.exported.path, tuned)
-            if not artifact.ok:
-                warnings.append(layers.describe())
-                warnings.extend(range_lines(layers.range_report))
-    recovery = Recovery(result, attempt.artifact, artifact, float_after, len(ctx.data.samples))
-    error_after = (_train_error(ctx, deployment.exported.path, train, teacher, runtime)
-                   if artifact is not None else math.inf)
+    candidate = ctx.outdir / CANDIDATE_DIR
+    out = _deliver(ctx, tuned, candidate, (), "writing the fine-tuned SavedModel", train)
+    recovery = Recovery(result, attempt.artifact, out.artifact, float_after,
+                        len(ctx.data.samples))
+    error_after = (_train_error(ctx, out.deployment.exported.path, train, teacher, runtime)
+                   if out.artifact is not None else math.inf)
     recovery.train_error = (error_before, error_after)
     if not error_after < error_before:
         recovery.kept = False
         recovery.notes.append(
             f"the fine-tuned artifact was not better on the fine-tuning inputs (normalised MSE "
             f"{error_before:.3g} -> {error_after:.3g}): the first artifact was kept")
-        with steps("saved_model", "writing the rewritten SavedModel again"):
-            export_saved_model(rewritten, ctx.outdir / "saved_model")
-        deploy(rewritten, target, ctx.quantize, ctx.outdir / f"model.{target.artifact}", steps,
-               train, opts.int8_io, opts.run_vela, ctx.outdir)
+        shutil.rmtree(candidate, ignore_errors=True)
         return attempt, recovery
-    if artifact is not None and attempt.artifact is not None and (
-            _worst(artifact) < _worst(attempt.artifact)):
+    deployment = promote(candidate, ctx.outdir, out.deployment)
+    warnings = [*attempt.rewrite_warnings, *out.warnings]
+    if out.artifact is not None and attempt.artifact is not None and (
+            _worst(out.artifact) < _worst(attempt.artifact)):
         warnings.append("--recover made the artifact worse on the held-back inputs (min cosine "
-                        f"{_worst(attempt.artifact):.5f} -> {_worst(artifact):.5f}); run "
+                        f"{_worst(attempt.artifact):.5f} -> {_worst(out.artifact):.5f}); run "
                         "without it, or with more calibration data")
-    diagnostics = Diagnostics(histograms, attempt.diagnostics.divergence,
-                              attempt.diagnostics.per_rule)
+    histograms = dict(attempt.diagnostics.histograms) if attempt.diagnostics else {}
+    if out.histogram is not None:
+        histograms["artifact"] = out.histogram
+    diagnostics = Diagnostics(histograms, attempt.diagnostics.divergence if attempt.diagnostics
+                              else None,
+                              attempt.diagnostics.per_rule if attempt.diagnostics else None)
+    saved_model = str(ctx.outdir / Path(out.saved_model).relative_to(candidate))
     return Attempt(attempt.plan, attempt.rewrite, attempt.graph_after, attempt.tf, diagnostics,
-                   saved_model, deployment, artifact, warnings, layers), recovery
+                   saved_model, deployment, out.artifact, warnings, out.layers,
+                   rewrite_warnings=attempt.rewrite_warnings), recovery
 
 
 def _qat(ctx: _Context, train: list[dict[str, np.ndarray]],

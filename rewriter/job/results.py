@@ -7,7 +7,7 @@ here, so neither imports the other's module for them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rewriter.ir.model import Model
@@ -44,23 +44,38 @@ class Diagnostics:
 
 @dataclass
 class Attempt:
-    """One plan -> rewrite -> verify -> deploy -> run pass over the model."""
+    """One plan -> rewrite -> verify -> deploy -> run pass over the model.
+
+    A job run only up to planning (``rewrite check --graph-only``) leaves everything after
+    ``graph_after`` None; up to deployment (``rewrite check``) it has ``deployment`` only."""
 
     plan: Plan
     rewrite: RewriteResult
     graph_after: GraphCheck  # the rewritten TF graph against the table
-    tf: Comparison  # rewritten TF graph vs original
-    diagnostics: Diagnostics
-    saved_model: str
-    deployment: Deployment
-    artifact: ArtifactRun | None
-    warnings: list[str]
+    tf: Comparison | None = None  # rewritten TF graph vs original
+    diagnostics: Diagnostics | None = None
+    saved_model: str | None = None
+    deployment: Deployment | None = None
+    artifact: ArtifactRun | None = None
+    warnings: list[str] = field(default_factory=list)
     int8_layers: Int8Layers | None = None  # int8 .tflite: each layer's error against float
+    #: the warnings of the rewrite and its TF verification (the rest are the file's)
+    rewrite_warnings: list[str] = field(default_factory=list)
+
+    @property
+    def verified(self) -> bool:
+        """The whole attempt ran: verified in TF, and the file run unless its export failed."""
+        return self.tf is not None
 
     @property
     def ok(self) -> bool:
-        return bool(self.deployment.ok and self.tf.ok and self.artifact is not None
-                    and self.artifact.ok)
+        """The file deployed runs every op; when verified, both comparisons pass too."""
+        if self.deployment is None or not self.deployment.ok:
+            return False
+        if not self.verified:
+            return True
+        assert self.tf is not None
+        return bool(self.tf.ok and self.artifact is not None and self.artifact.ok)
 
 
 @dataclass

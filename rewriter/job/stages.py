@@ -387,6 +387,40 @@ def deploy(model: Model, target: Target, quantize: str, path: Path, steps: Steps
     return Deployment(exported, verdict)
 
 
+def promote(candidate: Path, outdir: Path, deployment: Deployment) -> Deployment:
+    """Move every file of a deployment delivered into ``candidate`` (a directory inside
+    ``outdir``) over ``outdir``'s files of the same names, remove ``candidate``, and return the
+    deployment with its paths in ``outdir``: the same bytes, judged once, now where the job's
+    artifact lives."""
+    import dataclasses
+    import os
+    import shutil
+
+    for entry in sorted(candidate.iterdir()):
+        final = outdir / entry.name
+        if final.is_dir() and not final.is_symlink():
+            shutil.rmtree(final)
+        elif final.exists() or final.is_symlink():
+            final.unlink()
+        os.replace(entry, final)
+    candidate.rmdir()
+
+    def moved(path: str | os.PathLike[str]) -> str:
+        rel = Path(path).relative_to(candidate) if Path(path).is_relative_to(candidate) else None
+        return os.fspath(path) if rel is None else str(outdir / rel)
+
+    exported = deployment.exported
+    result = exported.result
+    if result is not None:
+        result = dataclasses.replace(result, path=moved(result.path))
+    exported = dataclasses.replace(exported, path=Path(moved(exported.path)), result=result)
+    verdict = deployment.verdict
+    if verdict is not None and verdict.vela is not None and verdict.vela.output_tflite:
+        verdict = dataclasses.replace(verdict, vela=dataclasses.replace(
+            verdict.vela, output_tflite=moved(verdict.vela.output_tflite)))
+    return Deployment(exported, verdict)
+
+
 # ----------------------------------------------------------------------------- run
 def run_samples(runner: Any, samples: Sequence[Mapping[str, np.ndarray]],
                 output_names: Sequence[str] | None = None) -> dict[str, np.ndarray]:

@@ -54,13 +54,11 @@ def build_report(job: Job) -> dict[str, Any]:
         report["recover"] = job.recovery.to_json()
         if job.recovery.kept:
             report["equivalence"]["recovered_tf"] = job.recovery.float_after.to_json()
+    also = [job.recovery.describe()] if job.recovery is not None else []
+    also += [tail.describe()] if tail is not None else []
     report["summary"] = summary(report, attempt, job.data.verification.synthetic,
                                 job.data.describe() if not job.data.verification.synthetic
-                                else job.data.calibrated)
-    if job.recovery is not None:
-        report["summary"] = report["summary"][:-1] + "; " + job.recovery.describe() + "."
-    if tail is not None:
-        report["summary"] = report["summary"][:-1] + "; " + tail.describe() + "."
+                                else job.data.calibrated, also)
     return report
 
 
@@ -161,9 +159,11 @@ def bound_text(bound: dict[str, Any] | None) -> str:
     return f"max abs error {bound['max_abs_error']:.2g} {where}"
 
 
-def summary(report: dict[str, Any], attempt: Attempt, synthetic: bool, data: str = "") -> str:
+def summary(report: dict[str, Any], attempt: Attempt, synthetic: bool, data: str = "",
+            also: list[str] | None = None) -> str:
     """The one-line verdict the CLI prints and report.md opens with; ``data`` says which data
-    the verdict rests on and what calibrated (:meth:`rewriter.job.stages.JobData.describe`)."""
+    the verdict rests on and what calibrated (:meth:`rewriter.job.stages.JobData.describe`);
+    ``also``: further parts (what ``--recover`` did, the CPU tail), last."""
     parts = []
     before = report.get("unsupported_before") or []
     after = report.get("unsupported_after")
@@ -194,7 +194,7 @@ def summary(report: dict[str, Any], attempt: Attempt, synthetic: bool, data: str
         parts.append("verified on SYNTHETIC data only (give --data or --calibration)")
     if data:
         parts.append(data)
-    return "; ".join(parts) + "."
+    return "; ".join([*parts, *(also or [])]) + "."
 
 
 def _degenerate(cmp: Comparison) -> str:

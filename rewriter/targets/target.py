@@ -221,10 +221,12 @@ class Target:
 
     # ------------------------------------------------------------------ levels
     def check_graph(self, model: Model, quantize: str | None = None) -> GraphCheck:
-        """Level 1: predict the converter's ops from the TF graph and judge them."""
+        """Level 1: predict the converter's ops from the TF graph and judge them. Judged once
+        per graph, target and quantisation (:meth:`Model.memo`): the job, the planner's rounds
+        and ``rewrite check`` share the verdict; treat it as read-only."""
         q = self.resolve_quantize(quantize)
-        facts = graph_facts(model, self, q)
-        return self._finish("graph", facts)
+        return model.memo(("check_graph", id(self), q),
+                          lambda: self._finish("graph", graph_facts(model, self, q)), keep=self)
 
     def check_artifact(self, path: str) -> GraphCheck:
         """Level 2: judge the ops, dtypes and shapes inside the exported ``.tflite``/``.onnx``."""
