@@ -93,7 +93,8 @@ def _tflm(path: Path, data: np.ndarray, reference: np.ndarray) -> dict[str, Any]
 def _unrolled(work: Path) -> Path:
     """The same Keras model through ``rewrite --target tflm`` (int8, unrolled)."""
     from rewriter.frontends import load_model
-    from rewriter.job.pipeline import JobOptions, run_job
+    from rewriter.job.options import JobOptions
+    from rewriter.job.pipeline import run_job
     from rewriter.targets import load_target
 
     out = work / "rewrite_tflm"

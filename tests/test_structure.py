@@ -44,10 +44,6 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 #: Test helpers: a leaf that tests and benchmarks import and the library never does.
 LEAVES = ("testing",)
-#: Imports up a floor that are known and scheduled to go (issue 26); the list only shrinks.
-KNOWN_UP: set[tuple[str, str]] = {
-    ("rewriter.batch.run", "rewriter.commands.run"),  # manifests parsed by the CLI's parser
-}
 
 
 def module_name(path: Path) -> str:
@@ -227,11 +223,8 @@ def test_no_import_up_a_floor():
     up = upward_imports(graph)
     # importing `rewriter.report.build` also imports the package `rewriter.report.build`: list the module
     found = {(a, b) for a, b in up if not any(c.startswith(b + ".") for a2, c in up if a2 == a)}
-    new = sorted(found - KNOWN_UP)
-    assert new == [], "imports up a floor (see LAYERS):\n" + "\n".join(
-        f"{a} -> {b}" for a, b in new)
-    gone = sorted(KNOWN_UP - found)
-    assert gone == [], f"remove from KNOWN_UP, they are fixed: {gone}"
+    assert found == set(), "imports up a floor (see LAYERS):\n" + "\n".join(
+        f"{a} -> {b}" for a, b in sorted(found))
 
 
 def test_the_floor_check_sees_an_import_up(tmp_path):

@@ -208,7 +208,7 @@ def test_a_saved_model_with_an_op_of_a_missing_library_is_named(tf1, tmp_path):
 
 
 def test_scalar_input_shapes_parse():
-    from rewriter.commands._common import parse_input_shapes, parse_settings
+    from rewriter.frontends.options import parse_input_shapes, parse_settings
 
     assert parse_input_shapes(["t:", "u:()", "x:1,2"]) == {"t": (), "u": (), "x": (1, 2)}
     assert parse_settings(["is_training=false", " k = 1.5 "]) == {"is_training": "false",

@@ -5,9 +5,10 @@ one job each) and any option of the main job (``rewrite run --help``) under its 
 ``-`` or ``_`` alike (``input_shape = ["x:1,64,64,3"]``, ``pixel_range = "0,1"``,
 ``exact_only = true``); an optional ``[defaults]`` table gives options to every job, and
 ``name`` overrides a job's directory name. Each job is turned into the arguments of ``rewrite
-run`` and parsed by the main job's own parser (:func:`rewriter.commands.run.add_arguments`), so
-batch options cannot drift from the main job's; a job the parser refuses stops the batch before
-anything runs (exit 2, naming the job). Relative paths are relative to the manifest's directory.
+run`` and parsed by the main job's own parser (:func:`rewriter.job.options.run_parser`, built
+from the options declared once in :mod:`rewriter.job.options`), so batch options cannot drift
+from the main job's; a job the parser refuses stops the batch before anything runs (exit 2,
+naming the job and the key). Relative paths are relative to the manifest's directory.
 
 Each job runs as its own ``rewrite run ... -o DIR/<model stem>-<target>`` process
 (:mod:`rewriter.batch.local`; TensorFlow is not fork-safe), so its directory is exactly what the
@@ -109,23 +110,6 @@ class BatchResult:
 
 
 # ----------------------------------------------------------------------------- the manifest
-class _JobParser(argparse.ArgumentParser):
-    """The main job's parser, raising instead of exiting."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UserError(message)
-
-
-def run_parser() -> argparse.ArgumentParser:
-    """``rewrite run``'s own argument parser (what every job is parsed with)."""
-    from rewriter.commands import run
-
-    parser = _JobParser(prog="rewrite run", add_help=False)
-    parser.add_argument("-q", "--quiet", action="store_true")
-    run.add_arguments(parser)
-    return parser
-
-
 def load_manifest(path: str | os.PathLike) -> Manifest:
     """Read and check a manifest; every job parsed by the main job's parser (UserError)."""
     path = Path(path)
@@ -147,6 +131,8 @@ def load_manifest(path: str | os.PathLike) -> Manifest:
         raise UserError(f"manifest {path} holds no [[job]] entries (each: model = \"...\", "
                         "target = \"...\")")
     base = path.resolve().parent
+    from rewriter.job.options import run_parser
+
     parser = run_parser()
     jobs: list[BatchJob] = []
     for i, entry in enumerate(entries, 1):

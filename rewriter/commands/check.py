@@ -36,8 +36,9 @@ def converts(args: argparse.Namespace) -> bool:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from rewriter.commands._common import add_model_arguments, onnx_opset
     from rewriter.defaults import DEFAULT_OPSET, QUANTIZE_MODES
+    from rewriter.frontends.options import add_model_arguments
+    from rewriter.job.options import onnx_opset
 
     add_model_arguments(parser)
     parser.add_argument("--target", "-t", required=True, help="target name (see `rewrite targets`)")
@@ -133,7 +134,8 @@ def check_model(args: argparse.Namespace, target: Target, quantize: str,
         _add_verdict(result, verdict)
         return _decide(result, True)
     from rewriter.commands._common import load_from_args
-    from rewriter.job.pipeline import JobOptions, run_job
+    from rewriter.job.options import JobOptions
+    from rewriter.job.pipeline import run_job
     from rewriter.job.stages import deploy
     from rewriter.targets.tail import cpu_tail
 

@@ -14,8 +14,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from rewriter.commands._common import add_model_arguments, load_from_args
+from rewriter.commands._common import load_from_args
 from rewriter.errors import UserError
+from rewriter.frontends.options import add_model_arguments
 
 HELP = "show a model's signature and ops, or a checkpoint's variables"
 

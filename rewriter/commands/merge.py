@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from rewriter.commands._common import add_load_options, load_options
+from rewriter.frontends.options import add_load_options, load_options
 
 HELP = "put two models in one graph under namespaces, the first feeding the second"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rewriter.commands._common import add_load_options, load_options
+from rewriter.frontends.options import add_load_options, load_options
 
 HELP = "turn a frozen .pb back into a trainable SavedModel (weight consts become variables)"
 

@@ -21,8 +21,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from rewriter.commands._common import add_pixel_arguments, pixel_map
+from rewriter.commands._common import pixel_map
 from rewriter.errors import UserError
+from rewriter.job.options import add_pixel_arguments
 
 HELP = "compare the outputs of two models (any formats); exit 1 on mismatch"
 
@@ -158,8 +159,8 @@ def run(args: argparse.Namespace, ui: Any) -> int:
 
 
 def _load(path: str, args: argparse.Namespace) -> Any:
-    from rewriter.commands._common import parse_input_shapes, parse_settings
     from rewriter.frontends import LoadOptions
+    from rewriter.frontends.options import parse_input_shapes, parse_settings
     from rewriter.verify.factory import load_any
 
     def split(v: str | None) -> list[str] | None:

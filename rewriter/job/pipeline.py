@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from rewriter.defaults import INTEGER_MODES, RECOVER_EPOCHS, VERIFY_SAMPLES
+from rewriter.defaults import INTEGER_MODES
 from rewriter.ir.model import Model
+from rewriter.job.options import JobOptions
 from rewriter.job.results import Attempt, Diagnostics, Job, Retry
 from rewriter.job.stages import (
     ArtifactRun,
@@ -46,29 +47,6 @@ from rewriter.tune.int8_range import lines as range_lines
 from rewriter.tune.recover import Recovery
 from rewriter.verify.int8_layers import Int8Layers
 from rewriter.verify.metrics import Comparison
-
-
-@dataclass
-class JobOptions:
-    """What the user asked for beyond model and target."""
-
-    quantize: str | None = None  # None: the target's default
-    opset: int | None = None
-    exact_only: bool = False
-    calibration: str | None = None  # .npy/.npz/image dir for int8 calibration
-    inputs: str | None = None  # .npy/.npz/image dir for verification (default: calibration)
-    samples: int = VERIFY_SAMPLES  # verification samples
-    calibration_samples: int | None = None  # None: every sample given, up to CALIBRATION_CAP
-    int8_io: bool | None = None  # None: int8 I/O when the target is an int8 accelerator
-    input_ranges: dict[str, tuple[float, float]] = field(default_factory=dict)  # synthetic data
-    pixels: Any = None  # verify.data.PixelMap for image directories (--pixel-range/--pixel-norm)
-    run_vela: bool = True
-    check_each_rule: bool = False  # compare outputs after every rule (names a breaking rule)
-    divergence_samples: int = 2  # samples for the intermediate-tensor comparison
-    recover: bool = False  # fine-tune by distillation after export (rewriter.tune.recover)
-    qat: bool = False  # tf_keras: TFMOT quantization-aware training instead (rewriter.tune.qat)
-    epochs: int = RECOVER_EPOCHS
-    seed: int = 0
 
 
 @dataclass
