@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from rewriter.rewrite.passes import apply_rules
+from rewriter.rules.base import Bound
 from rewriter.verify.divergence import first_divergence
 from tests.test_per_rule import RULES, bn_roots, break_bn_epsilon, convbn_elu_model, tiny_samples
 
@@ -46,8 +50,8 @@ def test_wrong_epsilon_is_found_at_the_first_folded_bn(model, monkeypatch):
 
 def test_approximate_rules_upstream_widen_the_bound(model):
     result = apply_rules(model, RULES)
-    fake = [dict(a, exact=False, bound={"max_abs_error": 0.5}) if a["rule"] == "elu_exact"
-            else a for a in result.applied]
+    fake = [replace(a, exact=False, bound=Bound(0.5, (-math.inf, math.inf)))
+            if a.rule == "elu_exact" else a for a in result.applied]
     div = first_divergence(model, result.model, tiny_samples(1), fake)
     elus = [e for e in div.nodes if e.op == "Elu"]
     assert elus and all(e.rules == ["elu_exact"] for e in elus)
@@ -59,7 +63,7 @@ def test_approximate_rules_upstream_widen_the_bound(model):
 def test_rules_applied_from_the_report_form_are_accepted(model):
     result = apply_rules(model, RULES)
     per_rule = [{"rule": r, "exact": True, "bound": None,
-                 "roots": [a["root"] for a in result.applied if a["rule"] == r]} for r in RULES]
+                 "roots": [a.root for a in result.applied if a.rule == r]} for r in RULES]
     div = first_divergence(model, result.model, tiny_samples(1), per_rule)
     assert div.ok and np.isfinite([e.max_abs_error for e in div.nodes]).all()
 
@@ -79,7 +83,7 @@ def test_rules_are_read_from_provenance_when_not_given(model, monkeypatch):
     result = apply_rules(model, RULES)
     apps = rules_from_provenance(result.model, model)
     assert sorted((a["rule"], a["root"]) for a in apps) == sorted(
-        (a["rule"], a["root"]) for a in result.applied)
+        (a.rule, a.root) for a in result.applied)
     div = first_divergence(model, result.model, tiny_samples(1))  # no rules_applied given
     assert div.produced_by == [{"rule": "batchnorm_fold_into_conv",
                                 "root": bn_roots(model)[0]}]

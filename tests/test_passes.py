@@ -36,7 +36,7 @@ def _elu_model():
 def test_planner_picks_the_exact_elu_rule_when_the_target_has_exp():
     p = plan(_elu_model(), basic(), "none")
     assert p.rules == ["elu_exact"]
-    assert p.fixes == [{"op": "Elu", "count": 1, "reason": "ELU is not supported by Toy tflite "
+    assert [f.to_json() for f in p.fixes] == [{"op": "Elu", "count": 1, "reason": "ELU is not supported by Toy tflite "
                         "target", "also": [], "rule": "elu_exact", "exact": True, "bound": None}]
     assert p.unfixable == []
 
@@ -45,27 +45,27 @@ def test_planner_falls_back_to_the_fitted_ramps_without_exp_and_targets_the_elu_
     model = _elu_model()
     p = plan(model, toy_target(RAMPS - {"Exp"}), "int8")
     assert p.rules == ["elementwise_ramps"]
-    assert p.fixes[0]["exact"] is False and p.fixes[0]["bound"]["max_abs_error"] > 0
+    assert p.fixes[0].exact is False and p.fixes[0].bound.max_abs_error > 0
     assert p.focus == [n.name for n in model.graph_def.node if n.op == "Elu"]
 
 
 def test_without_a_target_that_lacks_conv_or_relu6_the_ramps_cannot_be_planned():
     p = plan(_elu_model(), basic(without={"Exp"}), "int8")
-    assert p.rules == [] and "elementwise_ramps emits Relu6, Reshape" in p.unfixable[0]["why"]
+    assert p.rules == [] and "elementwise_ramps emits Relu6, Reshape" in p.unfixable[0].why
 
 
 def test_exact_only_refuses_the_approximation_and_reports_the_op():
     p = plan(_elu_model(), toy_target(RAMPS - {"Exp"}), "int8", exact_only=True)
     assert p.rules == []
     [item] = p.unfixable
-    assert item["op"] == "Elu" and item["count"] == 1
-    assert "elu_exact emits Exp" in item["why"] and "--exact-only" in item["why"]
+    assert item.op == "Elu" and item.count == 1
+    assert "elu_exact emits Exp" in item.why and "--exact-only" in item.why
 
 
 def test_an_op_no_rule_removes_is_reported_never_dropped():
     model = model_from_function(lambda x: tf.math.cumprod(x), [(5,)])  # (Cumsum: sparsemax)
     p = plan(model, basic(), "none")
-    assert p.unfixable == [{"op": "Cumprod", "count": 1, "reason": "TF op Cumprod has no known "
+    assert [u.to_json() for u in p.unfixable] == [{"op": "Cumprod", "count": 1, "reason": "TF op Cumprod has no known "
                             "tflite lowering (conversion would need Flex ops)",
                             "why": "no rule removes this op"}]
 
@@ -74,7 +74,7 @@ def test_planner_judges_nodes_so_attribute_limits_count():
     # the target has ELU, but only up to rank 2: this rank-4 ELU node still needs a rule
     p = plan(_elu_model(), basic(constraints={"ELU": {"rank_max": 2}}), "none")
     assert p.rules == ["elu_exact"]
-    assert p.fixes[0]["reason"] == ("ELU: Tensor rank must be at most 2: observed rank 4 "
+    assert p.fixes[0].reason == ("ELU: Tensor rank must be at most 2: observed rank 4 "
                                     "[1, 4, 4, 2]")
 
 
@@ -83,8 +83,8 @@ def test_apply_runs_the_plan_and_lists_rule_nodes_matched_and_created():
     result = apply(model, plan(model, basic(), "none"))
     assert "Elu" not in op_types(result.model)
     [a] = result.applied
-    assert a["rule"] == "elu_exact" and a["nodes"] == [a["root"]]
-    assert a["root"] in a["created"] and len(a["created"]) == 6
+    assert a.rule == "elu_exact" and a.matched == [a.root]
+    assert a.root in a.created and len(a.created) == 6
 
 
 def test_rule_for_op_names_the_best_exact_rule():
@@ -221,9 +221,9 @@ def test_planning_and_rewriting_time_per_node_stays_flat_from_2k_to_8k_nodes():
 def test_batchnorm_plans_the_fold_and_the_mul_add_fallback_together():
     model = conv_bn_elu_chain(1)
     p = plan(model, basic(artifact="onnx"), "none")  # ONNX: BN is not folded by a converter
-    [bn] = [f for f in p.fixes if f["op"] == "FusedBatchNormV3"]
-    assert bn["rule"] == "batchnorm_fold_into_conv"
-    assert "batchnorm_to_mul_add" in bn["also"]
+    [bn] = [f for f in p.fixes if f.op == "FusedBatchNormV3"]
+    assert bn.rule == "batchnorm_fold_into_conv"
+    assert "batchnorm_to_mul_add" in bn.also
     assert p.rules.index("batchnorm_fold_into_conv") < p.rules.index("batchnorm_to_mul_add")
 
 
@@ -271,8 +271,8 @@ def test_planner_works_with_the_real_op_tables():
     u55 = plan(model, load_target("ethos-u55-128"), "int8")
     assert u55.rules[0] == "layernorm_conv_mean" and "layernorm_decompose" in u55.rules
     assert "elu_exact" in u55.rules  # EXP runs int8 on Ethos-U
-    mean = next(f for f in u55.fixes if f["op"] == "Mean")
-    assert "depth" in mean["reason"]
+    mean = next(f for f in u55.fixes if f.op == "Mean")
+    assert "depth" in mean.reason
     etpu = plan(model, load_target("edgetpu"), "int8")
     assert "elementwise_ramps" in etpu.rules and "elu_exact" not in etpu.rules  # no EXP
 
@@ -323,8 +323,8 @@ def test_a_rule_whose_emits_the_converter_fuses_is_judged_by_its_fused_target_op
     lone = {"neg_as_mul"}
     p = plan(model, toy_target(no_rsqrt, EDGE_LIKE_OPS - {"L2_NORMALIZATION"}), "int8",
              exclude=lone)
-    [neg] = [u for u in p.unfixable if u["op"] == "Neg"]
-    assert "layernorm_l2norm emits L2_NORMALIZATION" in neg["why"]
+    [neg] = [u for u in p.unfixable if u.op == "Neg"]
+    assert "layernorm_l2norm emits L2_NORMALIZATION" in neg.why
 
 
 def test_l2norm_layernorm_only_where_rsqrt_is_missing():

@@ -4,14 +4,13 @@ artifact."""
 from __future__ import annotations
 
 from rewriter.job.pipeline import plan_retry
-from rewriter.rewrite.planner import Plan, choose_rules
+from rewriter.rewrite.planner import Fix, Plan, choose_rules
 from rewriter.targets import load_target
 
 
 def _plan(rule: str) -> Plan:
     return Plan("edgetpu", "int8", False, [rule],
-                [{"op": "Elu", "count": 3, "reason": "ELU is not supported", "rule": rule,
-                  "also": [], "exact": True, "bound": None}], [])
+                [Fix("Elu", 3, "ELU is not supported", rule, [], True, None)], [])
 
 
 ELU_BACK = {"ELU"}  # the artifact verdict's unsupported ops

@@ -198,9 +198,9 @@ def rewritten(samples, tmp_path_factory):
     d = tmp_path_factory.mktemp("rewritten")
     result = apply_rules(load_model(samples["h5_tfkeras"]),
                          ["batchnorm_fold_into_conv", "elu_exact"])
-    assert {a["rule"] for a in result.applied} == {"batchnorm_fold_into_conv", "elu_exact"}
+    assert {a.rule for a in result.applied} == {"batchnorm_fold_into_conv", "elu_exact"}
     return {"a": samples["h5_tfkeras"], "b": export_saved_model(result.model, d / "sm").path,
-            "roots": [a["root"] for a in result.applied]}
+            "roots": [a.root for a in result.applied]}
 
 
 def test_first_divergence_and_each_rule_on_a_correct_rewrite(cli, rewritten, tmp_path):

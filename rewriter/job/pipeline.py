@@ -42,6 +42,7 @@ from rewriter.job.stages import (
 )
 from rewriter.rewrite.passes import RewriteResult
 from rewriter.rewrite.planner import Plan
+from rewriter.rules.base import Applied
 from rewriter.targets import Target
 from rewriter.tune.int8_range import lines as range_lines
 from rewriter.tune.recover import Recovery
@@ -390,10 +391,10 @@ def plan_retry(the_plan: Plan, target: Target, quantize: str, exact_only: bool,
     sources = {t for t in section if set(target.lower(t) or ()) & bad}
     exclude: set[str] = set()
     for fix in the_plan.fixes:
-        if fix["op"] not in sources:
+        if fix.op not in sources:
             continue
-        suspects = {fix["rule"], *fix.get("also", [])}
-        alternatives, _ = choose_rules(fix["op"], target, quantize, exact_only, {},
+        suspects = {fix.rule, *fix.also}
+        alternatives, _ = choose_rules(fix.op, target, quantize, exact_only, {},
                                        exclude | suspects)
         if alternatives:
             exclude |= suspects
@@ -422,7 +423,7 @@ def _run_all(model: Model, samples: list[dict[str, np.ndarray]]) -> dict[str, np
 
 
 def _compare_rewritten(ref: Mapping[str, np.ndarray], test: Mapping[str, np.ndarray],
-                       applied: list[dict[str, Any]], n: int) -> Comparison:
+                       applied: list[Applied], n: int) -> Comparison:
     from rewriter.verify.metrics import compare_within
     from rewriter.verify.tolerance import DEFAULT_POLICY
 

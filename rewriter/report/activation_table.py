@@ -73,7 +73,7 @@ def plan_cell(model: Any, target: Any) -> Cell:
             for _ in range(4)]
     the_plan, result = plan_and_apply(model, target, quantize, data=data)
     if the_plan.unfixable:
-        return Cell("impossible", why=[f"{u['op']}: {u.get('why') or u['reason']}"
+        return Cell("impossible", why=[f"{u.op}: {u.why or u.reason}"
                                        for u in the_plan.unfixable])
     if not result.applied:
         return Cell("native")

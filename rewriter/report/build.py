@@ -15,9 +15,12 @@ from rewriter.host.fs import atomic_write_text
 from rewriter.targets.tail import cpu_tail
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
+
     from rewriter.job.results import Attempt, Job
     from rewriter.job.stages import Deployment
     from rewriter.rewrite.planner import Plan
+    from rewriter.rules.base import Applied
     from rewriter.targets import Target
     from rewriter.verify.metrics import Comparison
 
@@ -66,7 +69,7 @@ def _attempt_report(attempt: Attempt, why: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "plan": attempt.plan.to_json(),
         "rules_applied": rules_summary(attempt.rewrite.applied),
-        "rejected_matches": attempt.rewrite.rejected[:50],
+        "rejected_matches": [r.to_json() for r in attempt.rewrite.rejected[:50]],
         "unsupported_rewritten_graph": with_fixes(attempt.graph_after.unsupported_summary(),
                                                   {}, why),
         "equivalence": {"rewritten_tf": attempt.tf.to_json()},
@@ -121,30 +124,31 @@ def unfixable_why(the_plan: Plan, target: Target) -> dict[str, str]:
     """Why no rule fixed an op, keyed by TF op and by the target ops it becomes."""
     why: dict[str, str] = {}
     for u in the_plan.unfixable:
-        text = u.get("why") or "no rule fits this target"
-        why[u["op"]] = text
-        for target_op in target.lower(u["op"]) or ():
-            why.setdefault(target_op, f"{u['op']}: {text}")
+        text = u.why or "no rule fits this target"
+        why[u.op] = text
+        for target_op in target.lower(u.op) or ():
+            why.setdefault(target_op, f"{u.op}: {text}")
     return why
 
 
-def rules_summary(applied: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def rules_summary(applied: Sequence[Applied]) -> list[dict[str, Any]]:
     """One entry per rule: matches, nodes replaced/created, and its exactness statement."""
     by_rule: dict[str, dict[str, Any]] = {}
     for a in applied:
-        entry = by_rule.setdefault(a["rule"], {
-            "rule": a["rule"], "count": 0, "exact": a["exact"], "bound": a["bound"],
-            "exactness": "exact" if a["exact"] else bound_text(a["bound"]),
+        bound = a.bound.to_json() if a.bound else None
+        entry = by_rule.setdefault(a.rule, {
+            "rule": a.rule, "count": 0, "exact": a.exact, "bound": bound,
+            "exactness": "exact" if a.exact else bound_text(bound),
             "roots": [], "nodes": [], "created": [], "bounds": []})
         entry["count"] += 1
-        entry["roots"].append(a["root"])
-        entry["nodes"].extend(a["nodes"])
-        entry["created"].extend(a["created"])
-        if a["bound"]:  # fitted rules state a bound per application: keep each, show the worst
-            entry["bounds"].append({"root": a["root"], **a["bound"]})
-            if a["bound"]["max_abs_error"] > entry["bound"]["max_abs_error"]:
-                entry["bound"] = a["bound"]
-                entry["exactness"] = bound_text(a["bound"])
+        entry["roots"].append(a.root)
+        entry["nodes"].extend(a.matched)
+        entry["created"].extend(a.created)
+        if bound:  # fitted rules state a bound per application: keep each, show the worst
+            entry["bounds"].append({"root": a.root, **bound})
+            if bound["max_abs_error"] > entry["bound"]["max_abs_error"]:
+                entry["bound"] = bound
+                entry["exactness"] = bound_text(bound)
     for entry in by_rule.values():
         if len({(b["max_abs_error"], tuple(b["input_range"])) for b in entry["bounds"]}) <= 1:
             del entry["bounds"]  # one bound for every application: the rule's own

@@ -49,12 +49,12 @@ class PassResult:
 
 @dataclass
 class RewriteResult:
-    """The rewritten model and what happened: ``applied`` is ``[{rule, root, nodes, created,
-    exact, bound}]``; ``rejected`` is ``[{rule, node, reason}]`` (matches a rule refused)."""
+    """The rewritten model and what happened: every rule application (:class:`Applied`, in
+    order) and the matches a rule refused that are still in the graph (:class:`Reject`)."""
 
     model: Model
-    applied: list[dict[str, Any]]
-    rejected: list[dict[str, str]]
+    applied: list[Applied]
+    rejected: list[Reject]
     iterations: int
     passes: list[str]
     stopped: bool = False  # a tracer ended the run early (StopRewrite)
@@ -62,7 +62,7 @@ class RewriteResult:
     def rule_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for a in self.applied:
-            counts[a["rule"]] = counts.get(a["rule"], 0) + 1
+            counts[a.rule] = counts.get(a.rule, 0) + 1
         return counts
 
 
@@ -248,9 +248,8 @@ class PassManager:
                             f"iterations: {', '.join(p.name for p in self.passes)}")
         new_model = model.with_graph(g.to_graph_def(), note=_note(applied))
         replaced = {n for a in applied for n in a.matched}
-        still = [r.to_json() for r in rejected.values()
-                 if r.node in g and r.node not in replaced]
-        return RewriteResult(new_model, [a.to_json() for a in applied], still, iteration,
+        still = [r for r in rejected.values() if r.node in g and r.node not in replaced]
+        return RewriteResult(new_model, list(applied), still, iteration,
                              [p.name for p in self.passes], stopped)
 
     @staticmethod

@@ -13,18 +13,19 @@ targets from tables (:func:`rewriter.targets.target_from_table`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rewriter.ir.model import PLUMBING_OPS, Model
 from rewriter.rewrite.passes import RewriteResult, Samples, apply_rules
 from rewriter.rules import all_rules, get_rule, rules_for_op
-from rewriter.rules.base import Rule
+from rewriter.rules.base import Applied, Bound, Reject, Rule
 
 if TYPE_CHECKING:  # pragma: no cover
     from rewriter.targets import GraphCheck, OpStatus
 
-__all__ = ["MAX_ROUNDS", "Plan", "PlanTarget", "apply", "choose_rules", "plan", "plan_and_apply"]
+__all__ = ["MAX_ROUNDS", "Fix", "Plan", "PlanTarget", "Unfixable", "apply", "choose_rules", "plan",
+           "plan_and_apply"]
 
 
 class PlanTarget(Protocol):
@@ -47,21 +48,56 @@ class PlanTarget(Protocol):
 
 
 @dataclass
-class Plan:
-    """Which rules to run, in order, and what stays unfixable.
+class Fix:
+    """An op type the target lacks (``count`` nodes, the first ``reason``) and the rules for
+    it: ``rule`` the best, ``also`` complementary rules planned for the same op, its exactness
+    or ``bound``; ``round`` of :func:`plan_and_apply` in which they fired (None: planned)."""
 
-    ``fixes``: ``[{op, count, reason, rule, also, exact, bound}]`` (``rule`` the best, ``also``
-    complementary rules planned for the same op); ``unfixable``: ``[{op, count,
-    reason, why}]`` (never dropped: ``why`` says whether no rule exists, a rule emits ops the
-    target also lacks, or only approximate rules exist and ``exact_only`` refused them).
-    """
+    op: str
+    count: int
+    reason: str | None
+    rule: str
+    also: list[str]
+    exact: bool
+    bound: Bound | None
+    round: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"op": self.op, "count": self.count, "reason": self.reason, "rule": self.rule,
+               "also": list(self.also), "exact": self.exact,
+               "bound": self.bound.to_json() if self.bound else None}
+        return out if self.round is None else out | {"round": self.round}
+
+
+@dataclass
+class Unfixable:
+    """An op type no rule fixed, and ``why`` (never dropped: no rule exists, a rule emits ops
+    the target also lacks, only approximate rules exist and ``exact_only`` refused them, or
+    ``untried``: the rules planned for it did not match these nodes)."""
+
+    op: str
+    count: int
+    reason: str | None
+    why: str
+    untried: Fix | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        head = (self.untried.to_json() if self.untried is not None else
+                {"op": self.op, "count": self.count, "reason": self.reason})
+        return head | {"why": self.why}
+
+
+@dataclass
+class Plan:
+    """Which rules to run, in order (``rules``), the ops they fix (``fixes``) and what stays
+    unfixable (``unfixable``)."""
 
     target: str
     quantize: str
     exact_only: bool
     rules: list[str]
-    fixes: list[dict[str, Any]]
-    unfixable: list[dict[str, Any]]
+    fixes: list[Fix]
+    unfixable: list[Unfixable]
     #: The unsupported nodes, where ``targeted`` rules may start.
     focus: list[str] = field(default_factory=list)
 
@@ -73,14 +109,15 @@ class Plan:
         """TF op -> the rules that fixed it (comma-separated, in the order they ran)."""
         names: dict[str, list[str]] = {}
         for f in self.fixes:
-            for rule in (f["rule"], *f.get("also", [])):
-                if rule not in names.setdefault(f["op"], []):
-                    names[f["op"]].append(rule)
+            for rule in (f.rule, *f.also):
+                if rule not in names.setdefault(f.op, []):
+                    names[f.op].append(rule)
         return {op: ", ".join(rules) for op, rules in names.items()}
 
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target, "quantize": self.quantize, "exact_only": self.exact_only,
-                "rules": list(self.rules), "fixes": self.fixes, "unfixable": self.unfixable}
+                "rules": list(self.rules), "fixes": [f.to_json() for f in self.fixes],
+                "unfixable": [u.to_json() for u in self.unfixable]}
 
 
 def plan(model: Model, target: PlanTarget, quantize: str, exact_only: bool = False,
@@ -94,16 +131,17 @@ def plan(model: Model, target: PlanTarget, quantize: str, exact_only: bool = Fal
     """
     lacking = _unsupported(model, target, quantize)
     cache: dict[str, bool] = {}
-    fixes, unfixable, chosen = [], [], []
+    fixes: list[Fix] = []
+    unfixable: list[Unfixable] = []
+    chosen: list[str] = []
     for op, (count, reason, _) in lacking.items():
         rules, why = choose_rules(op, target, quantize, exact_only, cache, exclude)
         if not rules:
-            unfixable.append({"op": op, "count": count, "reason": reason, "why": why})
+            unfixable.append(Unfixable(op, count, reason, why))
             continue
         best = rules[0]
-        fixes.append({"op": op, "count": count, "reason": reason, "rule": best.name,
-                      "also": [r.name for r in rules[1:]], "exact": best.exact,
-                      "bound": best.bound.to_json() if best.bound else None})
+        fixes.append(Fix(op, count, reason, best.name, [r.name for r in rules[1:]], best.exact,
+                         best.bound))
         chosen.extend(r.name for r in rules if r.name not in chosen)
     ordered = sorted((r for r in all_rules() if r.name in chosen),
                      key=lambda r: (r.order, r.sort_key()))
@@ -204,10 +242,10 @@ def plan_and_apply(model: Model, target: PlanTarget, quantize: str, exact_only: 
     """
     tried = set(exclude)
     current = model
-    applied: list[dict[str, Any]] = []
-    rejected: list[dict[str, str]] = []
+    applied: list[Applied] = []
+    rejected: list[Reject] = []
     passes_run: list[str] = []
-    fixes: list[dict[str, Any]] = []
+    fixes: list[Fix] = []
     iterations = 0
     first: Plan | None = None
     for round_no in range(1, MAX_ROUNDS + 1):
@@ -216,14 +254,13 @@ def plan_and_apply(model: Model, target: PlanTarget, quantize: str, exact_only: 
         if p.empty:
             break
         res = apply(current, p, data=data)
-        fired = {a["rule"] for a in res.applied}
+        fired = {a.rule for a in res.applied}
         for f in p.fixes:  # credit the rule that fired (the best one may not have matched)
-            done = [r for r in (f["rule"], *f.get("also", [])) if r in fired]
+            done = [r for r in (f.rule, *f.also) if r in fired]
             if done:
                 rule = get_rule(done[0])
-                fixes.append(dict(f, rule=rule.name, also=done[1:], exact=rule.exact,
-                                  bound=rule.bound.to_json() if rule.bound else None,
-                                  round=round_no))
+                fixes.append(replace(f, rule=rule.name, also=done[1:], exact=rule.exact,
+                                     bound=rule.bound, round=round_no))
         applied.extend(res.applied)
         rejected.extend(res.rejected)
         passes_run.extend(res.passes)
@@ -231,23 +268,22 @@ def plan_and_apply(model: Model, target: PlanTarget, quantize: str, exact_only: 
         tried.update(p.rules)
         current = res.model
     final = plan(current, target, quantize, exact_only, exclude=tried)
-    order = list(dict.fromkeys(a["rule"] for a in applied))
+    order = list(dict.fromkeys(a.rule for a in applied))
     result = RewriteResult(current, applied, rejected, iterations, passes_run)
     assert first is not None
     return Plan(first.target, quantize, exact_only, order, fixes,
                 _with_refusals(final.unfixable, rejected)
-                + [dict(f, why="its rules did not match these nodes") for f in final.fixes]
+                + [Unfixable(f.op, f.count, f.reason, "its rules did not match these nodes", f)
+                   for f in final.fixes]
                 ), result
 
 
-def _with_refusals(unfixable: list[dict[str, Any]],
-                   rejected: list[dict[str, str]]) -> list[dict[str, Any]]:
+def _with_refusals(unfixable: list[Unfixable], rejected: list[Reject]) -> list[Unfixable]:
     """Unfixable ops whose rules refused their nodes say why (the rule, node and reason): "a
     rule exists but refused" is what a user can act on."""
     out = []
     for u in unfixable:
-        names = {r.name for r in rules_for_op(u["op"])}
-        said = [f"{r['rule']} refused {r['node']}: {r['reason']}" for r in rejected
-                if r.get("rule") in names]
-        out.append(dict(u, why="; ".join(dict.fromkeys(said))) if said else u)
+        names = {r.name for r in rules_for_op(u.op)}
+        said = [f"{r.rule} refused {r.node}: {r.reason}" for r in rejected if r.rule in names]
+        out.append(replace(u, why="; ".join(dict.fromkeys(said))) if said else u)
     return out

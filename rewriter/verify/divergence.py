@@ -164,11 +164,14 @@ def _upstream(order: Sequence[NodeDef], roots: Mapping[str, list[int]]) -> dict[
     return up
 
 
-def _applications(rules_applied: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Flatten ``rules_applied`` given per application ({rule, root, ...}) or per rule as the
-    report has it ({rule, roots: [...], exact, bound})."""
+def _applications(rules_applied: Sequence[Any]) -> list[dict[str, Any]]:
+    """Flatten ``rules_applied`` given per application (:class:`~rewriter.rules.base.Applied`,
+    or its JSON {rule, root, ...}) or per rule as the report has it ({rule, roots: [...],
+    exact, bound})."""
     apps = []
     for a in rules_applied:
+        if not isinstance(a, Mapping):
+            a = a.to_json()
         roots = a["roots"] if "roots" in a else [a["root"]]
         for r in roots:
             apps.append({"rule": a["rule"], "root": r, "exact": a.get("exact", True),
@@ -232,7 +235,7 @@ def _compare_tensors(original: Model, rewritten: Model,
 
 def first_divergence(original: Model, rewritten: Model,
                      samples: Sequence[Mapping[str, np.ndarray]],
-                     rules_applied: Sequence[Mapping[str, Any]] | None = None,
+                     rules_applied: Sequence[Any] | None = None,
                      max_samples: int = 4) -> Divergence:
     """Compare intermediate tensors of ``original`` and ``rewritten`` through the name map.
 

@@ -62,7 +62,7 @@ def test_conv2d_bias_bn_becomes_conv2d_biasadd(bn):
     model = model_from_function(lambda x: tf.nn.relu(bn(_conv(x), stats)), [(1, 8, 8, 3)])
     result = apply_rules(model, [RULE])
     assert dict(op_types(result.model)) == {"Conv2D": 1, "BiasAdd": 1, "Relu": 1}
-    assert len(result.applied) == 1 and result.applied[0]["exact"] is True
+    assert len(result.applied) == 1 and result.applied[0].exact is True
     _check_exact(model, result.model, (1, 8, 8, 3))
 
 
@@ -110,9 +110,9 @@ def test_does_not_fold_when_conv_output_is_also_used_elsewhere():
     model = model_from_function(fn, [(1, 4, 4, 3)])
     result = apply_rules(model, [RULE])
     assert result.applied == []
-    assert "also read by" in result.rejected[0]["reason"]
+    assert "also read by" in result.rejected[0].reason
     after = apply_rules(model, [RULE, BatchNormToMulAdd()])
-    assert [a["rule"] for a in after.applied] == ["batchnorm_to_mul_add"]
+    assert [a.rule for a in after.applied] == ["batchnorm_to_mul_add"]
     assert "Rsqrt" not in op_types(after.model)
     _check_exact(model, after.model, (1, 4, 4, 3))
 
@@ -122,4 +122,4 @@ def test_does_not_fold_non_constant_weights():
     model = model_from_function(lambda x, w: _unfused(tf.matmul(x, w), stats), [(2, 4), (4, 3)])
     result = apply_rules(model, [RULE])
     assert result.applied == []
-    assert "not constant" in result.rejected[0]["reason"]
+    assert "not constant" in result.rejected[0].reason

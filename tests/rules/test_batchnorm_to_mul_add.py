@@ -64,7 +64,7 @@ def test_training_mode_bn_is_refused_with_reason():
     model = model_from_function(lambda x: _fused(x, stats, training=True), [(1, 2, 2, 4)])
     result = apply_rules(model, [RULE])
     assert result.applied == []
-    assert "is_training" in result.rejected[0]["reason"]
+    assert "is_training" in result.rejected[0].reason
 
 
 def test_plain_affine_without_rsqrt_is_not_taken_for_a_bn():

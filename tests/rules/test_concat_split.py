@@ -28,7 +28,7 @@ def _frames(n: int):
 def test_a_wide_concat_becomes_a_tree_and_is_equal(n, concats):
     model = model_from_function(_frames(n), [(1, 4, 3)])
     result = apply_rules(model, [RULE])
-    assert [a["rule"] for a in result.applied] == ["concat_split"]
+    assert [a.rule for a in result.applied] == ["concat_split"]
     nodes = [x for x in result.model.graph_def.node if x.op == "ConcatV2"]
     assert len(nodes) == concats
     widths = [sum(1 for r in x.input if not r.startswith("^")) - 1 for x in nodes]
@@ -60,7 +60,7 @@ def test_tflm_table_refuses_the_wide_concat_and_the_job_fixes_it(tmp_path):
     assert [v.op for v in bad] == ["ConcatV2"] and "At most 10 input tensors" in bad[0].reason
     assert "observed 12 inputs" in bad[0].reason
     plan, result = plan_and_apply(model, target, "int8")
-    assert [f["rule"] for f in plan.fixes] == ["concat_split"]
+    assert [f.rule for f in plan.fixes] == ["concat_split"]
     rng = np.random.default_rng(0)
     data = [{"x0": rng.uniform(-2, 2, (1, 4, 3)).astype("f4")} for _ in range(16)]
     paths = {}

@@ -38,16 +38,16 @@ def test_a_normalisation_becomes_a_product_within_its_bound():
     [applied] = result.applied
     ops = op_types(result.model)
     assert "DivNoNan" not in ops and "RealDiv" not in ops and ops["Mul"] >= 1
-    bound = applied["bound"]
-    assert "1/y" in bound["note"] and 0 < bound["max_abs_error"] < 0.02
-    lo, hi = bound["input_range"]
+    bound = applied.bound
+    assert "1/y" in bound.note and 0 < bound.max_abs_error < 0.02
+    lo, hi = bound.input_range
     assert 0 < lo < 2.0 and hi > 8.0  # the divisors' range, widened
     errs = []
     for feeds in _clips(32, 1):  # other clips of the same kind
         want = model.run(feeds)["output_0"]
         got = result.model.run(feeds)["output_0"]
         errs.append(np.max(np.abs(got - want)))
-    assert max(errs) <= bound["max_abs_error"]
+    assert max(errs) <= bound.max_abs_error
     assert max(errs) > 1e-6  # approximate, and measured so
 
 
@@ -57,7 +57,7 @@ def test_a_divisor_whose_range_contains_zero_is_refused_with_the_range():
     data = [{"x0": rng.uniform(-1, 1, SHAPE).astype("f4")} for _ in range(4)]
     result = apply_rules(model, [RULE], data=data)
     assert result.applied == []
-    assert "contains 0" in result.rejected[0]["reason"]
+    assert "contains 0" in result.rejected[0].reason
 
 
 def test_a_constant_divisor_is_left_to_the_converter():

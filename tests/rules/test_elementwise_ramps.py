@@ -33,7 +33,7 @@ def _rewrite(fn, lo: float = LO, hi: float = HI, **kw):
 
 def _errors(model, result, lo, hi):
     """|rewritten - original| on a dense line over the fitted range, and the x of each."""
-    (rng,) = {tuple(a["bound"]["input_range"]) for a in result.applied}
+    (rng,) = {tuple(a.bound.input_range) for a in result.applied}
     x = dense_line(rng[0], rng[1], int(np.prod(SHAPE)) * 8).reshape((8, *SHAPE[1:]))
     got = np.concatenate([result.model.run({"x0": xi[None]})["output_0"] for xi in x])
     want = np.concatenate([model.run({"x0": xi[None]})["output_0"] for xi in x])
@@ -53,16 +53,16 @@ def test_the_whole_region_becomes_ramps_within_the_bound_it_states(name, fn):
     model, result = _rewrite(fn)
     [applied] = result.applied
     assert set(op_types(result.model)) <= RULE.emits
-    bound = applied["bound"]
-    lo, hi = bound["input_range"]
+    bound = applied.bound
+    lo, hi = bound.input_range
     assert lo == pytest.approx(LO - MARGIN * (HI - LO), abs=1e-3)
     assert hi == pytest.approx(HI + MARGIN * (HI - LO), abs=1e-3)
-    assert "calibration samples" in bound["note"]
+    assert "calibration samples" in bound.note
     err, _ = _errors(model, result, lo, hi)
-    assert err.max() <= bound["max_abs_error"]
+    assert err.max() <= bound.max_abs_error
     # the fit's tolerance is a quarter of the output's int8 step: the bound is that small
     y = model.run({"x0": dense_line(LO, HI, int(np.prod(SHAPE))).reshape(SHAPE)})["output_0"]
-    assert bound["max_abs_error"] <= 1.5 * np.ptp(y) / 255 / 4
+    assert bound.max_abs_error <= 1.5 * np.ptp(y) / 255 / 4
 
 
 @pytest.mark.parametrize("fn", [keras.activations.soft_shrink, keras.activations.sparse_sigmoid,
@@ -70,7 +70,7 @@ def test_the_whole_region_becomes_ramps_within_the_bound_it_states(name, fn):
 def test_piecewise_linear_functions_are_fitted_exactly(fn):
     model, result = _rewrite(fn)
     [applied] = result.applied
-    assert applied["bound"]["max_abs_error"] < 1e-5
+    assert applied.bound.max_abs_error < 1e-5
     err, _ = _errors(model, result, LO, HI)
     assert err.max() < 1e-5
 
@@ -78,10 +78,10 @@ def test_piecewise_linear_functions_are_fitted_exactly(fn):
 def test_a_jump_is_crossed_by_a_narrow_ramp_and_the_bound_says_the_jump():
     model, result = _rewrite(lambda x: keras.activations.threshold(x, 0.5, 0.0))
     [applied] = result.applied
-    bound = applied["bound"]
-    assert bound["max_abs_error"] == pytest.approx(0.5, abs=0.01) and "jump" in bound["note"]
+    bound = applied.bound
+    assert bound.max_abs_error == pytest.approx(0.5, abs=0.01) and "jump" in bound.note
     err, x = _errors(model, result, LO, HI)
-    width = JUMP_WIDTH * (bound["input_range"][1] - bound["input_range"][0])
+    width = JUMP_WIDTH * (bound.input_range[1] - bound.input_range[0])
     assert err[np.abs(x - 0.5) > 2 * width].max() < 1e-5
 
 
@@ -89,18 +89,18 @@ def test_refuses_without_calibration_data_and_says_so():
     model = model_from_function(lambda x: tf.nn.softplus(x), [SHAPE])
     result = apply_rules(model, [RULE])
     assert result.applied == []
-    assert "calibration data" in result.rejected[0]["reason"]
+    assert "calibration data" in result.rejected[0].reason
 
 
 def test_refuses_a_function_not_finite_on_the_observed_range():
     model, result = _rewrite(tf.math.log, lo=0.0, hi=4.0)
-    assert result.applied == [] and "not finite" in result.rejected[0]["reason"]
+    assert result.applied == [] and "not finite" in result.rejected[0].reason
 
 
 def test_a_domain_edge_in_the_margin_narrows_the_margin_instead():
     model, result = _rewrite(tf.math.log, lo=0.5, hi=4.0)
     [applied] = result.applied
-    lo, _ = applied["bound"]["input_range"]
+    lo, _ = applied.bound.input_range
     assert 0.0 < lo < 0.5
 
 
@@ -109,7 +109,7 @@ def test_two_different_inputs_are_not_one_function():
     data = [dict(_data()[0], x1=np.ones(SHAPE, "f4"))]
     result = apply_rules(model, [RULE], data=data)
     # the Exp alone is a region of one input; the Mul by y stays
-    assert [a["nodes"] for a in result.applied] == [["Exp"]]
+    assert [a.matched for a in result.applied] == [["Exp"]]
     assert op_types(result.model)["Mul"] == 1
 
 
@@ -117,7 +117,7 @@ def test_float16_is_refused():
     model = model_from_function(lambda x: tf.nn.softplus(x), [SHAPE], dtype="float16")
     data = [{"x0": np.zeros(SHAPE, "f2")}]
     result = apply_rules(model, [RULE], data=data)
-    assert result.applied == [] and "float16" in result.rejected[0]["reason"]
+    assert result.applied == [] and "float16" in result.rejected[0].reason
 
 
 def test_targeted_only_the_focus_nodes_are_rewritten():
@@ -185,6 +185,6 @@ def test_a_bound_as_large_as_the_values_spread_is_refused_as_no_fix():
     spread of its values: no fix. A threshold whose jump is small against the spread is fitted."""
     _, mask = _rewrite(lambda x: tf.where(x > 0.5, x, -1e9))
     assert mask.applied == []
-    assert "no fix" in mask.rejected[0]["reason"] and "1e+09" in mask.rejected[0]["reason"]
+    assert "no fix" in mask.rejected[0].reason and "1e+09" in mask.rejected[0].reason
     _, shrink = _rewrite(lambda x: tf.where(tf.abs(x) > 0.5, x, 0.0))
-    assert [a["rule"] for a in shrink.applied] == ["elementwise_ramps"]
+    assert [a.rule for a in shrink.applied] == ["elementwise_ramps"]

@@ -33,7 +33,7 @@ def test_replaces_every_elu_with_relu_minimum_exp_add():
     ops = op_types(result.model)
     assert "Elu" not in ops
     assert ops["Exp"] == 1 and ops["Relu"] == 1 and ops["Sub"] == 1
-    assert [a["rule"] for a in result.applied] == ["elu_exact"]
+    assert [a.rule for a in result.applied] == ["elu_exact"]
     assert result.model.source.notes[-1] == "rewritten: elu_exact x1"
 
 
@@ -44,7 +44,7 @@ def test_new_nodes_carry_provenance_and_output_keeps_the_elu_name():
     created = nodes_by_rule(result.model, "elu_exact")
     assert elu_name in created  # the output node took over the ELU's name
     assert all(n == elu_name or n.startswith(f"{elu_name}/elu_exact/") for n in created)
-    assert sorted(result.applied[0]["created"]) == sorted(created)
+    assert sorted(result.applied[0].created) == sorted(created)
 
 
 def test_does_not_fire_on_float64_and_says_why():
@@ -52,8 +52,8 @@ def test_does_not_fire_on_float64_and_says_why():
     result = apply_rules(model, [RULE])
     assert op_types(result.model)["Elu"] == 1
     assert result.applied == []
-    assert result.rejected[0]["rule"] == "elu_exact"
-    assert "float64" in result.rejected[0]["reason"]
+    assert result.rejected[0].rule == "elu_exact"
+    assert "float64" in result.rejected[0].reason
 
 
 def test_matches_tf_elu_within_1e5_relative_over_minus_20_to_20():

@@ -19,13 +19,13 @@ def test_replaces_erf_and_erfc_and_leaves_no_sign():
     ops = op_types(result.model)
     assert "Erf" not in ops and "Erfc" not in ops and "Sign" not in ops
     assert ops["Exp"] == 2 and ops["Minimum"] == 2
-    assert sorted(a["rule"] for a in result.applied) == ["erf_poly", "erf_poly"]
+    assert sorted(a.rule for a in result.applied) == ["erf_poly", "erf_poly"]
 
 
 def test_does_not_fire_on_bfloat16_and_says_why():
     _, result = rewritten(tf.math.erf, RULE, (8,), dtype="bfloat16")
     assert result.applied == []
-    assert "not a float type" in result.rejected[0]["reason"]
+    assert "not a float type" in result.rejected[0].reason
 
 
 @pytest.mark.parametrize("fn", [tf.math.erf, tf.math.erfc], ids=["erf", "erfc"])

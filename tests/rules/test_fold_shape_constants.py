@@ -54,5 +54,5 @@ def test_a_huge_fill_is_refused_with_its_size():
     model = model_from_function(lambda x: x + tf.fill(tf.stack([300, 300]), 1.0), [(300, 300)])
     result = apply_rules(model, [RULE])
     assert "Fill" in op_types(result.model)
-    fill = [r for r in result.rejected if "Fill" in r["node"]]
-    assert fill and fill[0]["reason"] == "folded value would have 90000 elements (limit 65536)"
+    fill = [r for r in result.rejected if "Fill" in r.node]
+    assert fill and fill[0].reason == "folded value would have 90000 elements (limit 65536)"

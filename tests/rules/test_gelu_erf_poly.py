@@ -27,7 +27,7 @@ def test_replaces_keras3_erfc_gelu_with_abs_exp_rsqrt_and_no_erfc():
     ops = op_types(result.model)
     assert "Erfc" not in ops and "Neg" not in ops
     assert ops["Exp"] == 1 and ops["Rsqrt"] == 1 and ops["Abs"] == 1 and ops["Relu"] == 1
-    assert [a["rule"] for a in result.applied] == ["gelu_erf_poly"]
+    assert [a.rule for a in result.applied] == ["gelu_erf_poly"]
 
 
 def test_matches_the_erf_form_too():
@@ -43,7 +43,7 @@ def test_does_not_fire_when_erfc_is_also_read_elsewhere():
 
     _, result = rewritten(shared, RULE, (8,))
     assert result.applied == []
-    assert "also read by" in result.rejected[0]["reason"]
+    assert "also read by" in result.rejected[0].reason
 
 
 def test_does_not_match_a_gelu_with_the_wrong_scale():

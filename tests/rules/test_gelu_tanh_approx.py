@@ -32,8 +32,8 @@ def test_does_not_fire_when_the_erfc_is_also_read_elsewhere():
 
     _, result = rewritten(shared, RULE, (8,))
     assert result.applied == []
-    assert "Erfc" in result.rejected[0]["reason"]
-    assert "is also read by" in result.rejected[0]["reason"]
+    assert "Erfc" in result.rejected[0].reason
+    assert "is also read by" in result.rejected[0].reason
 
 
 def test_does_not_match_the_tanh_form_itself():

@@ -38,7 +38,7 @@ def test_does_not_fire_when_tanh_is_also_read_elsewhere():
 
     _, result = rewritten(shared, RULE, (8,))
     assert result.applied == []
-    assert "Tanh" in result.rejected[0]["reason"] and "also read" in result.rejected[0]["reason"]
+    assert "Tanh" in result.rejected[0].reason and "also read" in result.rejected[0].reason
 
 
 def test_equals_the_tanh_form_within_1e5_relative_over_minus_20_to_20():

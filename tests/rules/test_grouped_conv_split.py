@@ -104,7 +104,7 @@ def test_nchw_is_refused_with_the_reason():
             dims[1].size, dims[3].size = 8, 12
     result = apply_rules(model, [RULE])
     assert result.applied == []
-    assert "data_format NCHW" in result.rejected[0]["reason"]
+    assert "data_format NCHW" in result.rejected[0].reason
 
 
 def test_split_form_is_all_int8_after_full_integer_conversion():

@@ -39,7 +39,7 @@ def test_keras3_groupnorm_in_rank_4_matches(shape, groups, center, scale):
     model = _gn_model(shape, groups, center, scale)
     assert {"Neg", "SquaredDifference"} <= set(op_types(model))  # the form this rule exists for
     result = apply_rules(model, [RULE])
-    assert [a["rule"] for a in result.applied] == ["groupnorm_decompose"]
+    assert [a.rule for a in result.applied] == ["groupnorm_decompose"]
     ops = op_types(result.model)
     assert not {"Neg", "SquaredDifference", "Square", "Reshape"} & set(ops), ops
     x = RNG.normal(0, 2, shape).astype("f4")

@@ -40,7 +40,7 @@ def test_does_not_fire_when_the_relu6_is_also_read_elsewhere():
 
     _, result = rewritten(shared, RULE, (8,))
     assert result.applied == []
-    assert "Relu6" in result.rejected[0]["reason"] and "also read" in result.rejected[0]["reason"]
+    assert "Relu6" in result.rejected[0].reason and "also read" in result.rejected[0].reason
 
 
 def test_equal_within_1e5_relative_over_minus_20_to_20():

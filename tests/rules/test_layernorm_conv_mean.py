@@ -36,4 +36,4 @@ def test_rank3_layernorm_is_refused_with_its_shape():
     model = _ln_model((1, 5, 8))
     result = apply_rules(model, [RULE])
     assert result.applied == []
-    assert "(1, 5, 8) is not rank 4" in result.rejected[0]["reason"]
+    assert "(1, 5, 8) is not rank 4" in result.rejected[0].reason

@@ -55,7 +55,7 @@ def test_does_not_fire_when_the_centered_mean_is_used_elsewhere():
     model = model.with_graph(g.to_graph_def())
     result = apply_rules(model, [RULE])
     assert result.applied == []
-    assert "also read by extra_reader" in result.rejected[0]["reason"]
+    assert "also read by extra_reader" in result.rejected[0].reason
 
 
 def test_decomposed_layernorm_quantizes_in_full_int8():

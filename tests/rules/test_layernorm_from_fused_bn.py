@@ -60,4 +60,4 @@ def test_non_constant_scale_is_refused_with_reason():
     model = model_from_function(fn, [(1, 2, 2, 3), (3,)])
     result = apply_rules(model, [RULE])
     assert result.applied == []
-    assert result.rejected[0]["reason"] == "scale or offset is not constant"
+    assert result.rejected[0].reason == "scale or offset is not constant"

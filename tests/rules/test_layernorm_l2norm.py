@@ -42,7 +42,7 @@ def test_layernorm_becomes_a_padded_l2_normalize(shape):
     model, _ = _ln(shape)
     result = apply_rules(model, [RULE])
     ops = op_types(result.model)
-    assert [a["rule"] for a in result.applied] == ["layernorm_l2norm"]
+    assert [a.rule for a in result.applied] == ["layernorm_l2norm"]
     assert not GONE & set(ops)
     assert ops["Pad"] == 1 and ops["Slice"] == 1 and ops["Rsqrt"] == 1
     assert "ConcatV2" not in ops
@@ -102,14 +102,14 @@ def test_refuses_a_layernorm_over_several_axes():
     model, _ = _ln((2, 6, 3), axis=[1, 2])
     result = apply_rules(model, [RULE])
     assert result.applied == []
-    assert "normalizes over axes [1, 2], not the last axis only" in result.rejected[0]["reason"]
+    assert "normalizes over axes [1, 2], not the last axis only" in result.rejected[0].reason
 
 
 def test_refuses_rank_5():
     model, _ = _ln((1, 2, 2, 2, 4))
     result = apply_rules(model, [RULE])
     assert result.applied == []
-    assert "rank 5 is not 2..4" in result.rejected[0]["reason"]
+    assert "rank 5 is not 2..4" in result.rejected[0].reason
 
 
 def test_tf_keras_layernorm_is_matched_too():

@@ -19,7 +19,7 @@ def test_replaces_leaky_relu_with_maximum_and_mul():
 def test_does_not_fire_for_alpha_above_one_and_says_why():
     _, result = rewritten(lambda x: tf.nn.leaky_relu(x, 1.5), RULE, (8,))
     assert result.applied == []
-    assert "alpha 1.5 is outside [0, 1]" in result.rejected[0]["reason"]
+    assert "alpha 1.5 is outside [0, 1]" in result.rejected[0].reason
 
 
 def test_equal_within_1e5_relative_for_alphas_in_0_to_1():

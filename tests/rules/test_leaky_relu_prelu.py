@@ -22,7 +22,7 @@ def test_replaces_leaky_relu_with_the_prelu_pattern_and_rank_minus_one_alpha():
 def test_does_not_fire_on_a_rank_1_input_and_says_why():
     _, result = rewritten(lambda x: tf.nn.leaky_relu(x, 0.1), RULE, (8,))
     assert result.applied == []
-    assert "input rank is 1" in result.rejected[0]["reason"]
+    assert "input rank is 1" in result.rejected[0].reason
 
 
 def test_equal_within_1e5_relative_also_for_alpha_outside_0_1():

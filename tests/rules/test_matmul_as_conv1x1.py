@@ -36,7 +36,7 @@ def test_dense_over_rows_becomes_a_conv1x1(shape):
     model = _dense(shape)
     result = apply_rules(model, [RULE])
     ops = op_types(result.model)
-    assert [a["rule"] for a in result.applied] == ["matmul_as_conv1x1"]
+    assert [a.rule for a in result.applied] == ["matmul_as_conv1x1"]
     assert ops["Conv2D"] == 1 and not {"MatMul", "BatchMatMulV2"} & set(ops)
     x = RNG.normal(0, 2, shape).astype("f4")
     assert_close_rel(_run(result.model, x), _run(model, x))

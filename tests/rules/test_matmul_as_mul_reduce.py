@@ -74,7 +74,7 @@ def test_refusals_say_why():
         if why is None:  # fits a layout: fires
             assert len(result.applied) == 1
         else:
-            assert result.applied == [] and why in result.rejected[0]["reason"]
+            assert result.applied == [] and why in result.rejected[0].reason
 
 
 def test_int8_attention_runs_within_every_edge_tpu_limit(tmp_path):

@@ -38,7 +38,7 @@ def _pad(paddings, mode):
 def test_mirror_pad_is_rewritten_and_equal_to_tf_pad(shape, paddings, mode):
     model = model_from_function(_pad(paddings, mode), [shape])
     result = apply_rules(model, [RULE])
-    assert [a["rule"] for a in result.applied] == ["mirror_pad_as_slices"]
+    assert [a.rule for a in result.applied] == ["mirror_pad_as_slices"]
     ops = op_types(result.model)
     assert ops["MirrorPad"] == 0 and ops["ReverseV2"] == 0 and ops["ConcatV2"] >= 1
     strides = [_const(result.model, n.input[3]) for n in result.model.graph_def.node
@@ -64,10 +64,10 @@ def test_non_float_and_unknown_shapes_are_left_alone():
 
     result = apply_rules(model_from_function(on_ints, [(1, 8)]), [RULE])
     assert result.applied == [] and op_types(result.model)["MirrorPad"] == 1
-    assert any("is not float32" in r["reason"] for r in result.rejected), result.rejected
+    assert any("is not float32" in r.reason for r in result.rejected), result.rejected
     result = apply_rules(model_from_function(_pad([[0, 0], [2, 2]], "REFLECT"), [(None, 8)]),
                          [RULE])
-    assert result.applied == [] and any("not static" in r["reason"] for r in result.rejected)
+    assert result.applied == [] and any("not static" in r.reason for r in result.rejected)
 
 
 def _int8_run(path, x):

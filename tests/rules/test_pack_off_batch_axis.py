@@ -27,7 +27,7 @@ def test_time_major_pack_then_transpose_is_rewritten_and_equal():
 
     model = model_from_function(fn, [(1, 3)])
     result = apply_rules(model, [RULE])
-    assert [a["rule"] for a in result.applied] == ["pack_off_batch_axis"]
+    assert [a.rule for a in result.applied] == ["pack_off_batch_axis"]
     packs = [n for n in result.model.graph_def.node if n.op == "Pack"]
     assert len(packs) == 1 and packs[0].attr["axis"].i == 1
     x = np.linspace(-2, 2, 3, dtype="f4").reshape(1, 3)

@@ -54,7 +54,7 @@ def test_spatially_constant_alpha_collapses_to_one_value_per_channel():
 def test_does_not_fire_when_alpha_is_already_1d_and_says_why():
     result = apply_rules(_prelu(np.array([[[0.1, 0.2, 0.3, 0.4]]]), shared_axes=[1, 2]), [RULE])
     assert result.applied == []
-    assert "already 1-D" in result.rejected[0]["reason"]
+    assert "already 1-D" in result.rejected[0].reason
 
 
 def test_planner_leaves_it_where_the_target_runs_the_prelu():

@@ -19,7 +19,7 @@ def test_replaces_relu6_with_maximum_and_minimum():
 
 def test_does_not_fire_on_int32_and_says_why():
     _, result = rewritten(tf.nn.relu6, RULE, (8,), dtype="int32")
-    assert result.applied == [] and "int32" in result.rejected[0]["reason"]
+    assert result.applied == [] and "int32" in result.rejected[0].reason
 
 
 def test_equal_within_1e5_relative_over_minus_20_to_20():

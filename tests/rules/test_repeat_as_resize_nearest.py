@@ -40,7 +40,7 @@ def test_does_not_fire_on_int32_and_says_why():
     model = model_from_function(lambda x: tf.repeat(x, 2, axis=1), [(1, 4, 4, 3)],
                                 dtype="int32")
     result = apply_rules(model, [RULE])
-    assert result.applied == [] and "int32" in result.rejected[0]["reason"]
+    assert result.applied == [] and "int32" in result.rejected[0].reason
 
 
 def test_int8_tflite_has_resize_and_no_tile_with_int8_error_of_one_step():

@@ -20,7 +20,7 @@ def test_replaces_selu_with_relu_sub_exp_mul_add():
 
 def test_does_not_fire_on_bfloat16_and_says_why():
     _, result = rewritten(tf.nn.selu, RULE, (8,), dtype="bfloat16")
-    assert result.applied == [] and "not a float type" in result.rejected[0]["reason"]
+    assert result.applied == [] and "not a float type" in result.rejected[0].reason
 
 
 def test_equal_within_1e5_relative_over_minus_20_to_20():

@@ -39,7 +39,7 @@ def _data(lo: float = LO, hi: float = HI, n: int = 4):
 def test_masks_become_mul_add_and_the_softmax_is_the_same(mask_value):
     model = _masked_softmax(mask_value)
     result = apply_rules(model, [RULE], data=_data())
-    assert [a["rule"] for a in result.applied] == ["softmax_mask_select"]
+    assert [a.rule for a in result.applied] == ["softmax_mask_select"]
     ops = op_types(result.model)
     assert "SelectV2" not in ops and ops["Mul"] == 1 and ops["Softmax"] == 1
     rng = np.random.default_rng(1)
@@ -78,9 +78,9 @@ def test_fully_masked_rows_stay_uniform():
 def test_refusals_say_why():
     model = _masked_softmax(KERAS_MASK)
     no_data = apply_rules(model, [RULE])
-    assert no_data.applied == [] and "no observed range" in no_data.rejected[0]["reason"]
+    assert no_data.applied == [] and "no observed range" in no_data.rejected[0].reason
     shallow = apply_rules(_masked_softmax(np.float32(-5.0)), [RULE], data=_data())
-    assert shallow.applied == [] and "not a mask" in shallow.rejected[0]["reason"]
+    assert shallow.applied == [] and "not a mask" in shallow.rejected[0].reason
     dynamic = model_from_function(
         lambda x: tf.nn.softmax(tf.where(x > 0.5, x, -1e9)), [SHAPE])
     assert apply_rules(dynamic, [RULE], data=_data()).applied == []  # not this shape
@@ -122,7 +122,7 @@ def test_keras_causal_attention_loses_its_mask_constant_exactly(causal_attention
     rng = np.random.default_rng(3)
     data = [{"x0": rng.normal(0, 1, (1, 8, 16)).astype("f4")} for _ in range(8)]
     result = apply_rules(model, [RULE], data=data)
-    assert [a["rule"] for a in result.applied] == ["softmax_mask_select"]
+    assert [a.rule for a in result.applied] == ["softmax_mask_select"]
     assert mask_constants(result.model.graph_def) == set()
     for feeds in data[:3]:
         assert_close_rel(result.model.run(feeds)["output_0"], model.run(feeds)["output_0"])

@@ -26,8 +26,8 @@ def test_rewritten_within_the_stated_bound_on_the_data(fn):
     result = apply_rules(model, [RULE], data=_data())
     [applied] = result.applied
     assert set(op_types(result.model)) <= RULE.emits
-    bound = applied["bound"]["max_abs_error"]
-    assert 0 < bound < 0.05 and "calibration samples" in applied["bound"]["note"]
+    bound = applied.bound.max_abs_error
+    assert 0 < bound < 0.05 and "calibration samples" in applied.bound.note
     # the bound holds where x - max(x) and the channel mean stay in the fitted ranges: the
     # calibration data, and the same scaled by 0.9 (shallower, inside the 10% margins)
     for feeds in _data() + [{"x0": 0.9 * d["x0"]} for d in _data()]:
@@ -54,4 +54,4 @@ def test_int8_every_op_int8_and_close(tmp_path):
 def test_refused_without_data():
     model = model_from_function(lambda x: tf.nn.softmax(x), [SHAPE])
     result = apply_rules(model, [RULE])
-    assert result.applied == [] and "calibration data" in result.rejected[0]["reason"]
+    assert result.applied == [] and "calibration data" in result.rejected[0].reason

@@ -19,7 +19,7 @@ RNG = np.random.default_rng(4)
 def test_each_row_gets_its_own_softmax(shape, softmaxes):
     model = model_from_function(tf.nn.softmax, [shape])
     result = apply_rules(model, [RULE])
-    assert [a["rule"] for a in result.applied] == ["softmax_rows"] and result.rejected == []
+    assert [a.rule for a in result.applied] == ["softmax_rows"] and result.rejected == []
     assert op_types(result.model)["Softmax"] == softmaxes
     x = RNG.normal(0, 3, shape).astype("f4")
     assert_close_rel(result.model.run({"x0": x})["output_0"], model.run({"x0": x})["output_0"])
@@ -28,9 +28,9 @@ def test_each_row_gets_its_own_softmax(shape, softmaxes):
 def test_one_row_is_left_alone_and_limits_are_refused():
     assert apply_rules(model_from_function(tf.nn.softmax, [(1, 1, 9)]), [RULE]).applied == []
     long = apply_rules(model_from_function(tf.nn.softmax, [(2, MAX_ROW + 1)]), [RULE])
-    assert long.applied == [] and f"longer than {MAX_ROW}" in long.rejected[0]["reason"]
+    assert long.applied == [] and f"longer than {MAX_ROW}" in long.rejected[0].reason
     many = apply_rules(model_from_function(tf.nn.softmax, [(MAX_ROWS + 1, 2)]), [RULE])
-    assert many.applied == [] and f"more than {MAX_ROWS}" in many.rejected[0]["reason"]
+    assert many.applied == [] and f"more than {MAX_ROWS}" in many.rejected[0].reason
 
 
 def test_int8_softmaxes_are_1d_within_every_edge_tpu_limit(tmp_path):

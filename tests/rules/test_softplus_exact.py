@@ -21,7 +21,7 @@ def test_replaces_softplus_with_relu_abs_exp_log():
 
 def test_does_not_fire_on_bfloat16_and_says_why():
     _, result = rewritten(tf.nn.softplus, RULE, (8,), dtype="bfloat16")
-    assert result.applied == [] and "not a float type" in result.rejected[0]["reason"]
+    assert result.applied == [] and "not a float type" in result.rejected[0].reason
 
 
 def test_equal_within_1e5_relative_over_minus_100_to_100():

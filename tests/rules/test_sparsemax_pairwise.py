@@ -57,8 +57,8 @@ def test_rewritten_within_the_stated_bound_and_no_sort(fn, form):
     result = apply_rules(model, [RULE], data=_data())
     [applied] = result.applied
     assert set(op_types(result.model)) <= RULE.emits | {"Placeholder", "Const", "Identity"}
-    bound = applied["bound"]["max_abs_error"]
-    assert 0 < bound < 0.02 and form in applied["bound"]["note"]
+    bound = applied.bound.max_abs_error
+    assert 0 < bound < 0.02 and form in applied.bound.note
     for feeds in _data():
         got = result.model.run(feeds)["output_0"].astype(np.float64)
         want = model.run(feeds)["output_0"]
@@ -83,4 +83,4 @@ def test_int8_every_op_int8_and_close():
 def test_refused_without_data():
     model = model_from_function(_keras_sparsemax, [SHAPE])
     result = apply_rules(model, [RULE])
-    assert result.applied == [] and "calibration data" in result.rejected[0]["reason"]
+    assert result.applied == [] and "calibration data" in result.rejected[0].reason

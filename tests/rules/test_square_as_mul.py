@@ -31,12 +31,12 @@ def test_leaves_the_square_of_an_l2_normalization_and_says_why():
     """x * rsqrt(max(sum(x^2), eps)) becomes one L2_NORMALIZATION in the converter; a MUL there
     would undo that fusion (layernorm_l2norm emits this form for the Edge TPU)."""
     _, result = rewritten(lambda x: tf.math.l2_normalize(x, axis=-1), RULE, (1, 8))
-    assert result.applied == [] and "L2_NORMALIZATION" in result.rejected[0]["reason"]
+    assert result.applied == [] and "L2_NORMALIZATION" in result.rejected[0].reason
 
 
 def test_does_not_fire_on_int32_and_says_why():
     _, result = rewritten(tf.math.square, RULE, (8,), dtype="int32")
-    assert result.applied == [] and "int32" in result.rejected[0]["reason"]
+    assert result.applied == [] and "int32" in result.rejected[0].reason
 
 
 def test_equal_within_1e5_relative_over_minus_1e3_to_1e3():

@@ -68,7 +68,7 @@ def test_rejects_an_rfft_of_mixed_samples_and_says_why():
         return tf.math.square(tf.abs(tf.signal.rfft(frames * frames)))
 
     _, result = _apply(fn, 256)
-    assert result.applied == [] and "data-movement" in result.rejected[0]["reason"]
+    assert result.applied == [] and "data-movement" in result.rejected[0].reason
 
 
 def test_int8_power_spectrum_error_on_tflite():

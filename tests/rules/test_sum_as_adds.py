@@ -33,7 +33,7 @@ def test_sum_becomes_a_chain_of_adds_and_is_close(shape, axis, keep):
 
     model = model_from_function(fn, [shape])
     result = apply_rules(model, [RULE])
-    assert [a["rule"] for a in result.applied] == ["sum_as_adds"]
+    assert [a.rule for a in result.applied] == ["sum_as_adds"]
     ops = op_types(result.model)
     k = shape[axis]
     assert ops["Sum"] == 0 and ops["StridedSlice"] == k and ops["AddV2"] == k - 1
@@ -50,7 +50,7 @@ def test_long_axes_and_several_axes_are_left_alone():
                        (lambda x: tf.reduce_sum(x, [1, 2]), "reduces 2 axes")):
         result = apply_rules(model_from_function(fn, [(1, 2, 3, 9)]), [RULE])
         assert result.applied == [] and op_types(result.model)["Sum"] == 1
-        assert any(reason in r["reason"] for r in result.rejected), result.rejected
+        assert any(reason in r.reason for r in result.rejected), result.rejected
 
 
 def test_targeted_rule_leaves_sums_outside_the_focus():

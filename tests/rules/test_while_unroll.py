@@ -90,7 +90,7 @@ def _assert_unrolled_and_exact(model, loops: int) -> None:
     result = apply_rules(model, [RULE])
     ops = set(op_types(result.model))
     assert not ops & (LOOP_OPS | LIST_OPS), ops
-    assert [a["rule"] for a in result.applied] == ["while_unroll"] * loops
+    assert [a.rule for a in result.applied] == ["while_unroll"] * loops
     for seed in range(3):
         feeds = _inputs(model, seed)
         want = model.run(feeds)["output_0"]
@@ -138,8 +138,8 @@ def test_created_nodes_carry_provenance_and_outputs_keep_their_names():
     result = apply_rules(model, [RULE])
     names = {n.name for n in result.model.graph_def.node}
     # the first layer's Pack goes once the second layer reads its steps directly
-    created = {n for a in result.applied for n in a["created"]} & names
-    assert created and set(result.applied[-1]["created"]) <= names
+    created = {n for a in result.applied for n in a.created} & names
+    assert created and set(result.applied[-1].created) <= names
     for node in result.model.graph_def.node:
         if node.name in created:
             assert node.attr["_rewriter_rule"].s == b"while_unroll"
@@ -167,8 +167,8 @@ def test_data_dependent_trip_count_is_refused_with_the_reason():
     model = model_from_function(fn, [(1, 4)])
     result = apply_rules(model, [RULE])
     assert result.applied == []
-    assert "trip count is not static" in result.rejected[0]["reason"]
-    assert "--input-shape" in result.rejected[0]["reason"]
+    assert "trip count is not static" in result.rejected[0].reason
+    assert "--input-shape" in result.rejected[0].reason
 
 
 def test_fixed_trip_count_loop_of_tf_while_loop_unrolls_exactly():
