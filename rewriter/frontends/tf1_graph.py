@@ -59,7 +59,8 @@ TRAINING_COLLECTIONS = ("train_op", "losses", "summaries", "update_ops", "local_
 
 
 def inference_subgraph(graph_def: GraphDef, outputs: Iterable[str]) -> GraphDef:
-    """A copy of the nodes the ``outputs`` (node or tensor names) depend on, with the library.
+    """A copy of the nodes the ``outputs`` (node or tensor names) depend on, with the library
+    (``graph_def`` itself, changed in place, when they depend on every node).
 
     ``_output_shapes`` (a cache TF may find stale in a training graph) is dropped, and control
     edges from state-changing nodes (an ``update_ops`` dependency) are cut before the walk.
@@ -80,6 +81,12 @@ def inference_subgraph(graph_def: GraphDef, outputs: Iterable[str]) -> GraphDef:
             if ctrl and src in nodes and _TRAINING_OP.match(nodes[src].op):
                 continue
             queue.append(src)
+    if len(keep) == len(nodes):  # nothing to prune (a frozen graph): no copy of its weights
+        for node in graph_def.node:
+            if "_output_shapes" in node.attr:
+                del node.attr["_output_shapes"]
+            node.ClearField("device")
+        return graph_def
     out = GraphDef()
     out.versions.CopyFrom(graph_def.versions)
     out.library.CopyFrom(graph_def.library)
