@@ -116,6 +116,8 @@ PLAN = [
                                "edgetpu,onnx", "--size", "224", "--workdir",
                                "/tmp/rewriter_mem224", "--out", R + "memory_ratio_224"),
           (R + "memory_ratio_224.md", R + "memory_ratio_224.json"), 15),
+    Bench("speed", ("benchmarks/speed.py", "--workdir", "/tmp/rewriter_speed"),
+          (R + "speed.md", R + "speed.json"), 40),
     Bench("zoo", ("benchmarks/zoo.py", "--full", "--size", "96", "--workdir", "/tmp/zoo_regen"),
           ("benchmarks/RESULTS.md", R + "zoo.json"), 60),
     Bench("slow_suite", ("benchmarks/slow_suite.py",),
