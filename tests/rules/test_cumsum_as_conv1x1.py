@@ -24,7 +24,7 @@ def test_cumsum_is_one_conv_and_matches(shape, axis, exclusive, reverse):
     model = model_from_function(
         lambda x: tf.math.cumsum(x, axis=axis, exclusive=exclusive, reverse=reverse), [shape])
     result = apply_rules(model, [RULE])
-    assert [a["rule"] for a in result.applied] == ["cumsum_as_conv1x1"]
+    assert [a.rule for a in result.applied] == ["cumsum_as_conv1x1"]
     ops = op_types(result.model)
     assert "Cumsum" not in ops and ops["Conv2D"] == 1
     x = RNG.normal(0, 3, shape).astype("f4")
@@ -41,7 +41,7 @@ def test_cumsum_is_one_conv_and_matches(shape, axis, exclusive, reverse):
 def test_too_long_an_axis_is_refused():
     model = model_from_function(lambda x: tf.math.cumsum(x, axis=-1), [(1, MAX_LENGTH + 1)])
     result = apply_rules(model, [RULE])
-    assert result.applied == [] and f"longer than {MAX_LENGTH}" in result.rejected[0]["reason"]
+    assert result.applied == [] and f"longer than {MAX_LENGTH}" in result.rejected[0].reason
 
 
 def test_int8_every_op_int8_where_cumsum_stayed_float():
