@@ -81,7 +81,8 @@ def summarize(log: Path, repo: Path, out: Path, collected: list[str], command: s
                   for r in failed]
         lines.append("")
     if not_run:
-        lines += ["## Not run (the run was stopped before them)", ""]
+        lines += ["## Not run when this summary was written (the run stopped, or still going)",
+                  ""]
         lines += [f"- `{t}`" for t in not_run] + [""]
     lines += ["## Every test", "", "| test | outcome | s |", "|---|---|---:|"]
     lines += [f"| `{r['test']}` | {r['outcome']} | {r['seconds']:.1f} |" for r in result["tests"]]
