@@ -45,7 +45,7 @@ def load_from_args(args: argparse.Namespace, attr: str = "model") -> Model:
 
 #: What the main job writes into OUT (an existing OUT holding only these may be replaced).
 RUN_OUTPUTS = ("model.tflite", "model.onnx", "saved_model", "report.json", "report.md",
-               "report.html", "*_vela.tflite", "*.csv")
+               "report.html", "*_vela.tflite", "*.csv", "deploy")
 
 
 def write_job_reports(stage: Any, result: Any) -> tuple[dict[str, Any], dict[str, str]]:

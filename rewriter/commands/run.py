@@ -49,6 +49,12 @@ def validate(args: argparse.Namespace) -> None:
     target = load_target(args.target, args.opset)
     configure(target, args.system_config, args.memory_mode)
     target.resolve_quantize(args.quantize)  # e.g. 16x8 where the target runs 8-bit only
+    if args.deploy:
+        from rewriter.export.micro import refuse_unless_deployable
+
+        refuse_unless_deployable(target.name)
+        if args.no_vela and target.name.startswith("ethos-u"):
+            raise UserError("--deploy for Ethos-U packages the Vela-compiled file: drop --no-vela")
     if target.runtime == "tflm":
         from rewriter.verify.tflm import MISSING, tflm_available
 
@@ -92,6 +98,10 @@ def run(args: argparse.Namespace, ui: Any) -> int:
         ui.json(report)
     else:
         ui.out(("OK: " if result.exit_code == 0 else "NOT OK: ") + report["summary"])
+        if "memory" in report:
+            mem = report["memory"]
+            ui.out(f"  deploy: {mem['deploy']} (model {mem['flash']['bytes']} bytes, arena "
+                   f"{mem['sram']['bytes']} bytes)")
         for key in ("artifact", "saved_model", "report.md", "report.html"):
             if key in files:
                 ui.out(f"  {key}: {files[key]}")

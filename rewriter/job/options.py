@@ -53,6 +53,7 @@ class JobOptions:
     qat: bool = False  # tf_keras: TFMOT quantization-aware training instead (rewriter.tune.qat)
     epochs: int = RECOVER_EPOCHS
     seed: int = 0
+    deploy: bool = False  # write OUT/deploy/, a TFLite Micro package (rewriter.export.micro)
 
 
 def onnx_opset(text: str) -> int:
@@ -134,6 +135,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--check-each-rule", "check_each_rule", "compare outputs after every applied rule; "
            "a mismatch names the rule and the node", kind="flag"),
     Option("--no-vela", "run_vela", "do not run Vela for Ethos-U", kind="flag"),
+    Option("--deploy", "deploy", "tflm and ethos-u* targets: write OUT/deploy/, a TFLite "
+           "Micro package (the model as a C array, its op resolver, the arena size measured "
+           "in TFLite Micro)", kind="flag"),
     Option("--json", None, "print report.json to stdout", kind="flag"),
     Option("--pixel-range", "pixels", "map pixels 0..255 linearly to LO..HI, the range the "
            "model was trained on (e.g. 0,1 or -1,1); not needed when the model has a Rescaling "
@@ -233,4 +237,5 @@ def job_options(args: argparse.Namespace, model: Model) -> JobOptions:
         input_ranges=parse_ranges(args.input_range, model.inputs),
         pixels=pixel_map_from_args(args.pixel_range, args.pixel_norm),
         run_vela=not args.no_vela, check_each_rule=args.check_each_rule,
-        recover=args.recover, qat=args.qat, epochs=args.epochs, seed=args.seed)
+        recover=args.recover, qat=args.qat, epochs=args.epochs, seed=args.seed,
+        deploy=args.deploy)

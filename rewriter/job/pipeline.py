@@ -91,6 +91,10 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
     assert until in UNTIL, until
     opts = options or JobOptions()
     quantize = target.resolve_quantize(opts.quantize)
+    if opts.deploy:
+        from rewriter.export.micro import refuse_unless_deployable
+
+        refuse_unless_deployable(target.name)
     steps = Steps(progress)
     with steps("check_before", "checking the model against the op table"):
         before = target.check_graph(model, quantize)
@@ -117,7 +121,17 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
     if (until == "all" and (opts.recover or opts.qat) and attempt.deployment is not None
             and attempt.deployment.exported.ok):
         attempt, recovery = _recover(ctx, attempt, bar)
-    job = Job(model, target, quantize, before, data, attempt, retry, steps.timings, recovery)
+    package = None
+    if (opts.deploy and until == "all" and attempt.deployment is not None
+            and attempt.deployment.exported.ok):
+        from rewriter.export.micro import package as write_package
+
+        verdict = attempt.deployment.verdict
+        with steps("deploy", "writing the TFLite Micro package (measuring the arena)"):
+            package = write_package(target.name, Path(attempt.deployment.exported.path),
+                                    verdict.vela if verdict else None, outdir)
+    job = Job(model, target, quantize, before, data, attempt, retry, steps.timings, recovery,
+              package)
     files = {}
     if attempt.saved_model is not None:
         files["saved_model"] = attempt.saved_model

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rewriter.export.micro import Package
 from rewriter.ir.model import Model
 from rewriter.job.stages import ArtifactRun, Deployment, JobData
 from rewriter.rewrite.passes import RewriteResult
@@ -104,6 +105,7 @@ class Job:
     retry: Retry | None
     timings: dict[str, float]
     recovery: Recovery | None = None  # --recover: the attempt is the fine-tuned one
+    package: Package | None = None  # --deploy: the TFLite Micro package written
 
     @property
     def ok(self) -> bool:

@@ -42,6 +42,8 @@ def build_report(job: Job) -> dict[str, Any]:
         "placement_before": job.before.placement(), "data": job.data.to_json()}
     if job.retry is not None:
         report["retry"] = job.retry.to_json()
+    if job.package is not None:
+        report["memory"] = job.package.memory_json()
     why = unfixable_why(attempt.plan, target)
     tail = cpu_tail(attempt.rewrite.model, attempt.graph_after)  # what rewriting left
     if tail is not None and not attempt.deployment.unsupported_ops():

@@ -136,6 +136,80 @@ def _interpreter(runtime: Any, data: bytes) -> Any:
     return runtime.Interpreter.from_bytes(data, arena_size=largest)
 
 
+def smallest_arena(path: str | os.PathLike) -> int:
+    """The smallest tensor arena (bytes) TFLite Micro's interpreter allocates ``path`` in, found by
+    bisection in a child process (each try builds an interpreter: allocation failing raises, so
+    the figure is exact to the byte on this host), then confirmed by one inference at that size.
+    A :class:`RunnerError` when the file does not load at :data:`MAX_ARENA` or does not run."""
+    proc = child.run([sys.executable, "-m", "rewriter.verify.tflm", "--arena", os.fspath(path)],
+                     timeout=TIMEOUT)
+    if proc.timed_out:
+        raise RunnerError(f"{path}: TFLite Micro did not finish in {TIMEOUT:.0f}s")
+    if proc.returncode != 0:
+        ops = list(dict.fromkeys(_MISSING_OP_RE.findall(proc.stderr)))
+        if ops:
+            raise RunnerError(f"{path}: TFLite Micro has no kernel for op {', '.join(ops)}",
+                              ops=ops)
+        raise RunnerError(f"{path}: TFLite Micro failed ({_why(proc)})")
+    return int(proc.stdout.split()[-1])
+
+
+def runs_with_arena(path: str | os.PathLike, size: int) -> bool:
+    """True when TFLite Micro allocates ``path`` in a ``size``-byte arena and runs one inference
+    (zeros) in it; in a child process, so an abort is a False too."""
+    proc = child.run([sys.executable, "-m", "rewriter.verify.tflm", "--try", os.fspath(path),
+                      str(size)], timeout=TIMEOUT)
+    return proc.returncode == 0 and not proc.timed_out
+
+
+def _allocates(runtime: Any, data: bytes, size: int) -> Any:
+    try:
+        return runtime.Interpreter.from_bytes(data, arena_size=size)
+    except RuntimeError:
+        return None
+
+
+def _invoke_zeros(interp: Any, data: bytes) -> None:
+    """One inference on zeros (every input of subgraph 0, counted from the flatbuffer)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    n_inputs = schema.Model.GetRootAsModel(data, 0).Subgraphs(0).InputsLength()
+    for j in range(n_inputs):
+        d = interp.get_input_details(j)
+        interp.set_input(np.zeros(d["shape"], d["dtype"]), j)
+    interp.invoke()
+
+
+def _arena_worker(argv: Sequence[str]) -> int:
+    """Child process: ``--arena MODEL`` prints the smallest arena; ``--try MODEL SIZE`` exits 0
+    when the model allocates and runs in SIZE bytes."""
+    from tflite_micro import runtime
+
+    data = Path(argv[1]).read_bytes()
+    if argv[0] == "--try":
+        interp = _allocates(runtime, data, int(argv[2]))
+        if interp is None:
+            return 1
+        _invoke_zeros(interp, data)
+        return 0
+    hi = next((s for s in arena_sizes(len(data)) if _allocates(runtime, data, s) is not None),
+              None)
+    if hi is None:
+        print(f"the model does not allocate in {MAX_ARENA} bytes", file=sys.stderr)
+        return 1
+    lo = 0  # lo fails, hi allocates
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _allocates(runtime, data, mid) is not None:
+            hi = mid
+        else:
+            lo = mid
+    interp = _allocates(runtime, data, hi)
+    _invoke_zeros(interp, data)
+    print(hi)
+    return 0
+
+
 def _worker(argv: Sequence[str]) -> int:
     """Child process: run every sample through one TFLite Micro interpreter."""
     model_path, src, dst, n_samples, n_inputs, n_outputs = argv
@@ -157,4 +231,5 @@ def _worker(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_worker(sys.argv[1:]))
+    sys.exit(_arena_worker(sys.argv[1:]) if sys.argv[1] in ("--arena", "--try")
+             else _worker(sys.argv[1:]))

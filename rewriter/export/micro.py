@@ -1,0 +1,235 @@
+"""A microcontroller deployment package of the job's ``.tflite`` (``rewrite run --deploy``).
+
+OUT/deploy/ holds what a TFLite Micro application needs, names as in TFLite Micro's examples:
+
+* ``model_data.cc`` / ``model_data.h``: the file as ``alignas(16) const unsigned char g_model[]``
+  and ``const unsigned int g_model_len`` (for Ethos-U the Vela-compiled file);
+* ``op_resolver.h``: ``inline TfLiteStatus RegisterOps(tflite::MicroMutableOpResolver<N>&)`` with
+  exactly the builtin ops the file holds (``AddXxx()`` as ``micro_mutable_op_resolver.h`` spells
+  them, :mod:`rewriter.export.micro_ops`), plus ``AddEthosU()`` for the Ethos-U custom op;
+* ``arena.h``: ``kTensorArenaSize`` = the arena measured + :data:`ARENA_MARGIN`, and where the
+  figure comes from;
+* ``README.md``: the snippet wiring them together.
+
+The arena: for a file TFLite Micro runs on this host (tflm), the smallest arena its interpreter
+allocates the file in, by bisection (:func:`rewriter.verify.tflm.smallest_arena`), measured on a
+64-bit host (the interpreter's own structures are larger than on a 32-bit MCU: the figure bounds
+the MCU's from above). A Vela file cannot run here (the host interpreter has no Ethos-U kernel):
+its arena is Vela's ``sram_memory_used`` (the SRAM Vela plans for the NPU's tensors and scratch),
+stated as Vela's, not measured.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rewriter.errors import UserError
+from rewriter.export.micro_ops import ADD_METHODS, ETHOSU_CUSTOM, ETHOSU_METHOD
+
+#: Bytes added to the measured arena in ``arena.h`` (the interpreter's allocations differ a
+#: little between builds and hosts; TFLite Micro aligns the arena's start, losing up to 15).
+ARENA_MARGIN = 1024
+#: Alignment of the model array (TFLite Micro's examples: ``alignas(16)``).
+ALIGN = 16
+
+
+def deployable(target_name: str) -> bool:
+    return target_name == "tflm" or target_name.startswith("ethos-u")
+
+
+def refuse_unless_deployable(target_name: str) -> None:
+    if not deployable(target_name):
+        raise UserError(f"--deploy writes a TFLite Micro package, for the tflm and ethos-u* "
+                        f"targets only (not {target_name}): drop --deploy or pick one of those")
+
+
+@dataclass
+class Package:
+    """What ``deploy/`` holds and the figures ``report.json``'s ``memory`` section states."""
+
+    path: Path  # the deploy directory
+    model_file: str  # the file packaged (the Vela file for Ethos-U)
+    model_bytes: int
+    ops: list[str]  # resolver methods, in the order registered
+    arena_bytes: int  # measured (or Vela's), without the margin
+    arena_source: str
+
+    @property
+    def arena_size(self) -> int:
+        """``kTensorArenaSize``: the measured arena plus :data:`ARENA_MARGIN`."""
+        return self.arena_bytes + ARENA_MARGIN
+
+    def memory_json(self) -> dict[str, Any]:
+        return {"flash": {"bytes": self.model_bytes,
+                          "source": f"size of {Path(self.model_file).name} (the model array)"},
+                "sram": {"bytes": self.arena_size, "needed_bytes": self.arena_bytes,
+                         "margin_bytes": ARENA_MARGIN, "source": self.arena_source},
+                "deploy": str(self.path)}
+
+
+def file_ops(path: str | Path) -> tuple[list[str], list[str]]:
+    """The builtin op names and custom op codes the ``.tflite`` uses (every subgraph), sorted."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromPackedBuf(Path(path).read_bytes(), 0)
+    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    used = {i for sg in model.subgraphs for op in sg.operators for i in [op.opcodeIndex]}
+    builtins, customs = set(), set()
+    for i in used:
+        code = model.operatorCodes[i]
+        builtin = max(code.builtinCode, code.deprecatedBuiltinCode)
+        if names[builtin] == "CUSTOM":
+            customs.add(code.customCode.decode() if isinstance(code.customCode, bytes)
+                        else str(code.customCode))
+        else:
+            builtins.add(names[builtin])
+    return sorted(builtins), sorted(customs)
+
+
+def resolver_methods(path: str | Path) -> list[str]:
+    """The ``MicroMutableOpResolver`` calls registering every op of the file; a
+    :class:`UserError` naming ops TFLite Micro has no kernel for."""
+    builtins, customs = file_ops(path)
+    missing = [b for b in builtins if b not in ADD_METHODS]
+    missing += [c for c in customs if c != ETHOSU_CUSTOM]
+    if missing:
+        raise UserError(f"{Path(path).name}: TFLite Micro has no kernel for "
+                        f"{', '.join(missing)}; no deployment package is written")
+    return [ADD_METHODS[b] for b in builtins] + ([ETHOSU_METHOD] if customs else [])
+
+
+def c_array(data: bytes, name: str = "g_model") -> tuple[str, str]:
+    """``model_data.cc`` and ``model_data.h`` holding ``data`` as an aligned C array."""
+    rows = [", ".join(f"0x{b:02x}" for b in data[i:i + 12]) for i in range(0, len(data), 12)]
+    body = ",\n".join("    " + r for r in rows)
+    header = textwrap.dedent(f"""\
+        // Generated by rewriter (--deploy). The model as a C array for TFLite Micro.
+        #ifndef REWRITER_MODEL_DATA_H_
+        #define REWRITER_MODEL_DATA_H_
+
+        extern const unsigned char {name}[];
+        extern const unsigned int {name}_len;
+
+        #endif  // REWRITER_MODEL_DATA_H_
+        """)
+    cc = (f'// Generated by rewriter (--deploy): {len(data)} bytes, {ALIGN}-byte aligned.\n'
+          f'#include "model_data.h"\n\n'
+          f"alignas({ALIGN}) const unsigned char {name}[] = {{\n{body}\n}};\n"
+          f"const unsigned int {name}_len = {len(data)};\n")
+    return cc, header
+
+
+def resolver_header(methods: list[str]) -> str:
+    calls = "\n".join(f"  if ({m}() != kTfLiteOk) return kTfLiteError;" for m in methods)
+    calls = calls.replace("  if (", "  if (resolver.")
+    return textwrap.dedent(f"""\
+        // Generated by rewriter (--deploy): exactly the ops the model uses.
+        #ifndef REWRITER_OP_RESOLVER_H_
+        #define REWRITER_OP_RESOLVER_H_
+
+        #include "tensorflow/lite/micro/micro_mutable_op_resolver.h"
+
+        constexpr int kNumOps = {len(methods)};
+        using ModelOpResolver = tflite::MicroMutableOpResolver<kNumOps>;
+
+        inline TfLiteStatus RegisterOps(ModelOpResolver& resolver) {{
+        """) + calls + "\n  return kTfLiteOk;\n}\n\n#endif  // REWRITER_OP_RESOLVER_H_\n"
+
+
+def arena_header(package: Package) -> str:
+    return textwrap.dedent(f"""\
+        // Generated by rewriter (--deploy).
+        // Arena: {package.arena_bytes} bytes ({package.arena_source})
+        // + {ARENA_MARGIN} bytes margin.
+        #ifndef REWRITER_ARENA_H_
+        #define REWRITER_ARENA_H_
+
+        constexpr int kTensorArenaNeeded = {package.arena_bytes};
+        constexpr int kTensorArenaSize = {package.arena_size};
+
+        #endif  // REWRITER_ARENA_H_
+        """)
+
+
+README = """\
+# TFLite Micro package
+
+Generated by `rewrite ... --deploy` from `{model}` ({bytes} bytes).
+
+| file | holds |
+|---|---|
+| `model_data.cc`, `model_data.h` | the model as `g_model[]` ({align}-byte aligned), `g_model_len` |
+| `op_resolver.h` | `RegisterOps(resolver)`: {n} ops ({ops}) |
+| `arena.h` | `kTensorArenaSize` = {arena} bytes: {measured} ({source}) + {margin} margin |
+
+```cpp
+#include "tensorflow/lite/micro/micro_interpreter.h"
+#include "model_data.h"
+#include "op_resolver.h"
+#include "arena.h"
+
+alignas(16) static uint8_t tensor_arena[kTensorArenaSize];
+
+TfLiteStatus Setup(tflite::MicroInterpreter** out) {{
+  static ModelOpResolver resolver;
+  if (RegisterOps(resolver) != kTfLiteOk) return kTfLiteError;
+  static tflite::MicroInterpreter interpreter(tflite::GetModel(g_model), resolver,
+                                              tensor_arena, kTensorArenaSize);
+  if (interpreter.AllocateTensors() != kTfLiteOk) return kTfLiteError;
+  *out = &interpreter;  // then: fill interpreter.input(0), Invoke(), read output(0)
+  return kTfLiteOk;
+}}
+```
+
+Compile `model_data.cc` with the application; link TFLite Micro{ethosu}.
+"""
+
+
+def write_package(model_file: str | Path, outdir: Path, arena_bytes: int,
+                  arena_source: str) -> Package:
+    """Write ``outdir/deploy/`` for ``model_file``; returns what it states."""
+    from rewriter.host.fs import atomic_write_text
+
+    data = Path(model_file).read_bytes()
+    methods = resolver_methods(model_file)
+    pkg = Package(outdir / "deploy", str(model_file), len(data), methods, arena_bytes,
+                  arena_source)
+    pkg.path.mkdir(parents=True, exist_ok=True)
+    cc, h = c_array(data)
+    ethosu = (" and the Ethos-U driver (`AddEthosU()` registers its kernel)"
+              if ETHOSU_METHOD in methods else "")
+    files = {"model_data.cc": cc, "model_data.h": h, "op_resolver.h": resolver_header(methods),
+             "arena.h": arena_header(pkg),
+             "README.md": README.format(model=Path(model_file).name, bytes=len(data),
+                                        align=ALIGN, n=len(methods), ops=", ".join(methods),
+                                        arena=pkg.arena_size, measured=arena_bytes,
+                                        source=arena_source, margin=ARENA_MARGIN,
+                                        ethosu=ethosu)}
+    for name, text in files.items():
+        atomic_write_text(pkg.path / name, text)
+    return pkg
+
+
+def package(target_name: str, artifact: Path, vela: Any, outdir: Path) -> Package:
+    """The package of a finished job: the artifact (tflm) or Vela's file (ethos-u*)."""
+    if target_name.startswith("ethos-u"):
+        if vela is None or not vela.output_tflite:
+            raise UserError("--deploy for Ethos-U packages the Vela-compiled file, and Vela did "
+                            "not run (drop --no-vela)")
+        sram = vela.csv.get("sram_memory_used")
+        if sram in (None, ""):
+            raise UserError("Vela's summary states no sram_memory_used: no arena figure")
+        arena = int(round(float(sram) * 1024))
+        mode = vela.csv.get("memory_mode") or "default"
+        return write_package(vela.output_tflite, outdir, arena,
+                             f"Vela's sram_memory_used, memory mode {mode}; not measured in "
+                             "TFLite Micro: the host interpreter has no Ethos-U kernel")
+    from rewriter.verify.tflm import smallest_arena
+
+    arena = smallest_arena(artifact)
+    return write_package(artifact, outdir, arena,
+                         "smallest arena TFLite Micro's interpreter allocates and runs the file "
+                         "in, bisected on a 64-bit host")
