@@ -1,7 +1,9 @@
 """``rewrite MODEL --target tflm --deploy``: OUT/deploy/ is a TFLite Micro package whose every
 figure is checked against the file: the C array decodes to the artifact's bytes, the resolver
 registers exactly the file's ops, and the arena it states is the one TFLite Micro needs (the file
-runs in it, and not in 20% less)."""
+runs in it, and not in 20% less). The job is held to ``--sram 1`` (1 KiB, far below the arena)
+and ``--flash 1024``: it ends with exit 1 naming the SRAM overrun, and writes the package all
+the same."""
 
 from __future__ import annotations
 
@@ -19,12 +21,14 @@ pytestmark = pytest.mark.skipif(not tflm_available(), reason="pip install 'rewri
 
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory):
-    """One tflm job with --deploy on the sample model: (exit code, OUT, report.json)."""
+    """One tflm job with --deploy --sram 1 --flash 1024 on the sample model: (exit code, OUT,
+    report.json)."""
     from rewriter.cli import main
 
     out = tmp_path_factory.mktemp("deploy") / "out"
     code = main([str(SAMPLES["keras"]), "--target", "tflm", "--deploy", "-o", str(out), "-q",
-                 "--calibration", str(MODELS / "calibration.npy")])
+                 "--calibration", str(MODELS / "calibration.npy"), "--sram", "1",
+                 "--flash", "1024"])
     return code, out, json.loads((out / "report.json").read_text())
 
 
@@ -32,9 +36,22 @@ def _define(text: str, name: str) -> int:
     return int(re.search(rf"constexpr int {name} = (\d+);", text).group(1))
 
 
+def test_an_sram_budget_below_the_arena_fails_the_job_naming_the_overrun(deployed):
+    code, _, report = deployed
+    assert code == 1 and not report["ok"]
+    assert report["equivalence"]["artifact"]["ok"] and report["unsupported_after"] == []
+    memory = report["memory"]
+    (over,) = memory["over_budget"]  # SRAM only: the file is far below --flash 1024
+    arena = memory["sram"]["bytes"]
+    assert over == (f"SRAM: tensor arena {arena} bytes ({memory['sram']['needed_bytes']} + 1024 "
+                    f"margin) > --sram 1 KiB (1024 bytes), {arena - 1024} bytes over")
+    assert report["summary"].startswith("OVER BUDGET: " + over + "; ")
+    assert memory["sram"]["budget_bytes"] == 1024
+    assert memory["flash"]["budget_bytes"] == 1024 * 1024 > memory["flash"]["bytes"]
+
+
 def test_the_c_array_decodes_to_the_artifact(deployed):
-    code, out, _ = deployed
-    assert code == 0
+    _, out, _ = deployed
     cc = (out / "deploy" / "model_data.cc").read_text()
     body = cc[cc.index("g_model[] = {"):cc.index("};")]
     decoded = bytes(int(h, 16) for h in re.findall(r"0x([0-9a-f]{2})", body))
@@ -79,8 +96,10 @@ def test_the_stated_arena_is_what_tflite_micro_needs(deployed):
     assert "RegisterOps(resolver)" in readme and "kTensorArenaSize" in readme
 
 
-def test_deploy_is_refused_for_other_targets(cli, tmp_path):
-    code, _, err = cli(SAMPLES["keras"], "--target", "edgetpu", "--deploy", "-o", tmp_path / "o")
+@pytest.mark.parametrize("flags", [["--deploy"], ["--sram", "512"]])
+def test_deploy_and_budgets_are_refused_for_other_targets(cli, tmp_path, flags):
+    code, _, err = cli(SAMPLES["keras"], "--target", "edgetpu", *flags, "-o", tmp_path / "o")
     assert code == 2
-    assert "--deploy" in err and "tflm and ethos-u*" in err
+    assert f"error: {flags[0]} is about a TFLite Micro deployment" in err
+    assert "tflm and ethos-u*" in err
     assert not (tmp_path / "o").exists()

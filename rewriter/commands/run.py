@@ -49,12 +49,17 @@ def validate(args: argparse.Namespace) -> None:
     target = load_target(args.target, args.opset)
     configure(target, args.system_config, args.memory_mode)
     target.resolve_quantize(args.quantize)  # e.g. 16x8 where the target runs 8-bit only
-    if args.deploy:
-        from rewriter.export.micro import refuse_unless_deployable
+    for flag, value in (("--deploy", args.deploy), ("--sram", args.sram),
+                        ("--flash", args.flash)):
+        if value is not None and value is not False:
+            from rewriter.export.micro import refuse_unless_deployable
 
-        refuse_unless_deployable(target.name)
-        if args.no_vela and target.name.startswith("ethos-u"):
-            raise UserError("--deploy for Ethos-U packages the Vela-compiled file: drop --no-vela")
+            refuse_unless_deployable(target.name, flag)
+            if flag != "--deploy" and not value > 0:
+                raise UserError(f"{flag} must be a positive number of KiB (got {value:g})")
+            if args.no_vela and target.name.startswith("ethos-u"):
+                raise UserError(f"{flag} for Ethos-U measures the Vela-compiled file: drop "
+                                "--no-vela")
     if target.runtime == "tflm":
         from rewriter.verify.tflm import MISSING, tflm_available
 
@@ -100,8 +105,9 @@ def run(args: argparse.Namespace, ui: Any) -> int:
         ui.out(("OK: " if result.exit_code == 0 else "NOT OK: ") + report["summary"])
         if "memory" in report:
             mem = report["memory"]
-            ui.out(f"  deploy: {mem['deploy']} (model {mem['flash']['bytes']} bytes, arena "
-                   f"{mem['sram']['bytes']} bytes)")
+            ui.out(f"  memory: model {mem['flash']['bytes']} bytes, arena "
+                   f"{mem['sram']['bytes']} bytes" + (f" ({mem['deploy']})" if "deploy" in mem
+                                                       else ""))
         for key in ("artifact", "saved_model", "report.md", "report.html"):
             if key in files:
                 ui.out(f"  {key}: {files[key]}")

@@ -40,22 +40,39 @@ def deployable(target_name: str) -> bool:
     return target_name == "tflm" or target_name.startswith("ethos-u")
 
 
-def refuse_unless_deployable(target_name: str) -> None:
+def refuse_unless_deployable(target_name: str, flag: str = "--deploy") -> None:
     if not deployable(target_name):
-        raise UserError(f"--deploy writes a TFLite Micro package, for the tflm and ethos-u* "
-                        f"targets only (not {target_name}): drop --deploy or pick one of those")
+        raise UserError(f"{flag} is about a TFLite Micro deployment, for the tflm and ethos-u* "
+                        f"targets only (not {target_name}): drop {flag} or pick one of those")
 
 
 @dataclass
 class Package:
-    """What ``deploy/`` holds and the figures ``report.json``'s ``memory`` section states."""
+    """The figures ``report.json``'s ``memory`` section states, the budgets they are held to
+    (``--sram``/``--flash``, bytes) and, once written, the ``deploy/`` directory."""
 
-    path: Path  # the deploy directory
-    model_file: str  # the file packaged (the Vela file for Ethos-U)
+    model_file: str  # the file deployed (the Vela file for Ethos-U)
     model_bytes: int
     ops: list[str]  # resolver methods, in the order registered
     arena_bytes: int  # measured (or Vela's), without the margin
     arena_source: str
+    sram_budget: int | None = None
+    flash_budget: int | None = None
+    path: Path | None = None  # the deploy directory, when written (--deploy)
+
+    def overruns(self) -> list[str]:
+        """One phrase per budget exceeded (the SRAM budget holds ``kTensorArenaSize``, margin
+        included; the flash budget the model array)."""
+        out = []
+        if self.sram_budget is not None and self.arena_size > self.sram_budget:
+            out.append(f"SRAM: tensor arena {self.arena_size} bytes ({self.arena_bytes} + "
+                       f"{ARENA_MARGIN} margin) > --sram {_kib(self.sram_budget)}, "
+                       f"{self.arena_size - self.sram_budget} bytes over")
+        if self.flash_budget is not None and self.model_bytes > self.flash_budget:
+            out.append(f"flash: {Path(self.model_file).name} {self.model_bytes} bytes > --flash "
+                       f"{_kib(self.flash_budget)}, {self.model_bytes - self.flash_budget} "
+                       "bytes over")
+        return out
 
     @property
     def arena_size(self) -> int:
@@ -63,11 +80,20 @@ class Package:
         return self.arena_bytes + ARENA_MARGIN
 
     def memory_json(self) -> dict[str, Any]:
-        return {"flash": {"bytes": self.model_bytes,
-                          "source": f"size of {Path(self.model_file).name} (the model array)"},
-                "sram": {"bytes": self.arena_size, "needed_bytes": self.arena_bytes,
-                         "margin_bytes": ARENA_MARGIN, "source": self.arena_source},
-                "deploy": str(self.path)}
+        out: dict[str, Any] = {
+            "flash": {"bytes": self.model_bytes, "budget_bytes": self.flash_budget,
+                      "source": f"size of {Path(self.model_file).name} (the model array)"},
+            "sram": {"bytes": self.arena_size, "needed_bytes": self.arena_bytes,
+                     "margin_bytes": ARENA_MARGIN, "budget_bytes": self.sram_budget,
+                     "source": self.arena_source},
+            "over_budget": self.overruns()}
+        if self.path is not None:
+            out["deploy"] = str(self.path)
+        return out
+
+
+def _kib(n: int) -> str:
+    return f"{n / 1024:g} KiB ({n} bytes)"
 
 
 def file_ops(path: str | Path) -> tuple[list[str], list[str]]:
@@ -188,15 +214,14 @@ Compile `model_data.cc` with the application; link TFLite Micro{ethosu}.
 """
 
 
-def write_package(model_file: str | Path, outdir: Path, arena_bytes: int,
-                  arena_source: str) -> Package:
-    """Write ``outdir/deploy/`` for ``model_file``; returns what it states."""
+def write_package(pkg: Package, outdir: Path) -> Package:
+    """Write ``outdir/deploy/`` for the measured ``pkg``; returns it with its path set."""
     from rewriter.host.fs import atomic_write_text
 
+    model_file, arena_bytes, arena_source = pkg.model_file, pkg.arena_bytes, pkg.arena_source
     data = Path(model_file).read_bytes()
-    methods = resolver_methods(model_file)
-    pkg = Package(outdir / "deploy", str(model_file), len(data), methods, arena_bytes,
-                  arena_source)
+    methods = pkg.ops
+    pkg.path = outdir / "deploy"
     pkg.path.mkdir(parents=True, exist_ok=True)
     cc, h = c_array(data)
     ethosu = (" and the Ethos-U driver (`AddEthosU()` registers its kernel)"
@@ -213,23 +238,26 @@ def write_package(model_file: str | Path, outdir: Path, arena_bytes: int,
     return pkg
 
 
-def package(target_name: str, artifact: Path, vela: Any, outdir: Path) -> Package:
-    """The package of a finished job: the artifact (tflm) or Vela's file (ethos-u*)."""
+def measure(target_name: str, artifact: Path, vela: Any) -> Package:
+    """The memory figures of a finished job's file: the artifact (tflm) or Vela's (ethos-u*)."""
     if target_name.startswith("ethos-u"):
         if vela is None or not vela.output_tflite:
-            raise UserError("--deploy for Ethos-U packages the Vela-compiled file, and Vela did "
-                            "not run (drop --no-vela)")
+            raise UserError("--deploy/--sram/--flash for Ethos-U measure the Vela-compiled file, "
+                            "and Vela did not run (drop --no-vela)")
         sram = vela.csv.get("sram_memory_used")
         if sram in (None, ""):
             raise UserError("Vela's summary states no sram_memory_used: no arena figure")
-        arena = int(round(float(sram) * 1024))
         mode = vela.csv.get("memory_mode") or "default"
-        return write_package(vela.output_tflite, outdir, arena,
-                             f"Vela's sram_memory_used, memory mode {mode}; not measured in "
-                             "TFLite Micro: the host interpreter has no Ethos-U kernel")
+        return _package(vela.output_tflite, int(round(float(sram) * 1024)),
+                        f"Vela's sram_memory_used, memory mode {mode}; not measured in TFLite "
+                        "Micro: the host interpreter has no Ethos-U kernel")
     from rewriter.verify.tflm import smallest_arena
 
-    arena = smallest_arena(artifact)
-    return write_package(artifact, outdir, arena,
-                         "smallest arena TFLite Micro's interpreter allocates and runs the file "
-                         "in, bisected on a 64-bit host")
+    return _package(artifact, smallest_arena(artifact),
+                    "smallest arena TFLite Micro's interpreter allocates and runs the file in, "
+                    "bisected on a 64-bit host")
+
+
+def _package(model_file: str | Path, arena_bytes: int, source: str) -> Package:
+    return Package(str(model_file), Path(model_file).stat().st_size,
+                   resolver_methods(model_file), arena_bytes, source)

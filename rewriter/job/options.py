@@ -54,6 +54,8 @@ class JobOptions:
     epochs: int = RECOVER_EPOCHS
     seed: int = 0
     deploy: bool = False  # write OUT/deploy/, a TFLite Micro package (rewriter.export.micro)
+    sram_kb: float | None = None  # budgets (KiB): exceeding one fails the job (exit 1)
+    flash_kb: float | None = None
 
 
 def onnx_opset(text: str) -> int:
@@ -138,6 +140,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("--deploy", "deploy", "tflm and ethos-u* targets: write OUT/deploy/, a TFLite "
            "Micro package (the model as a C array, its op resolver, the arena size measured "
            "in TFLite Micro)", kind="flag"),
+    Option("--sram", "sram_kb", "tflm, ethos-u*: SRAM budget in KiB; a tensor arena "
+           "(kTensorArenaSize, margin included) above it fails the job (exit 1)",
+           type=float, metavar="KB"),
+    Option("--flash", "flash_kb", "tflm, ethos-u*: flash budget in KiB; a model file (Vela's "
+           "for Ethos-U) above it fails the job (exit 1)", type=float, metavar="KB"),
     Option("--json", None, "print report.json to stdout", kind="flag"),
     Option("--pixel-range", "pixels", "map pixels 0..255 linearly to LO..HI, the range the "
            "model was trained on (e.g. 0,1 or -1,1); not needed when the model has a Rescaling "
@@ -238,4 +245,4 @@ def job_options(args: argparse.Namespace, model: Model) -> JobOptions:
         pixels=pixel_map_from_args(args.pixel_range, args.pixel_norm),
         run_vela=not args.no_vela, check_each_rule=args.check_each_rule,
         recover=args.recover, qat=args.qat, epochs=args.epochs, seed=args.seed,
-        deploy=args.deploy)
+        deploy=args.deploy, sram_kb=args.sram, flash_kb=args.flash)

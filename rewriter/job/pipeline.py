@@ -91,10 +91,12 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
     assert until in UNTIL, until
     opts = options or JobOptions()
     quantize = target.resolve_quantize(opts.quantize)
-    if opts.deploy:
-        from rewriter.export.micro import refuse_unless_deployable
+    for flag, value in (("--deploy", opts.deploy), ("--sram", opts.sram_kb),
+                        ("--flash", opts.flash_kb)):
+        if value:
+            from rewriter.export.micro import refuse_unless_deployable
 
-        refuse_unless_deployable(target.name)
+            refuse_unless_deployable(target.name, flag)
     steps = Steps(progress)
     with steps("check_before", "checking the model against the op table"):
         before = target.check_graph(model, quantize)
@@ -122,14 +124,19 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
             and attempt.deployment.exported.ok):
         attempt, recovery = _recover(ctx, attempt, bar)
     package = None
-    if (opts.deploy and until == "all" and attempt.deployment is not None
-            and attempt.deployment.exported.ok):
-        from rewriter.export.micro import package as write_package
+    if ((opts.deploy or opts.sram_kb or opts.flash_kb) and until == "all"
+            and attempt.deployment is not None and attempt.deployment.exported.ok):
+        from rewriter.export.micro import measure, write_package
 
         verdict = attempt.deployment.verdict
-        with steps("deploy", "writing the TFLite Micro package (measuring the arena)"):
-            package = write_package(target.name, Path(attempt.deployment.exported.path),
-                                    verdict.vela if verdict else None, outdir)
+        with steps("memory", "measuring the TFLite Micro arena"):
+            package = measure(target.name, Path(attempt.deployment.exported.path),
+                              verdict.vela if verdict else None)
+        package.sram_budget = round(opts.sram_kb * 1024) if opts.sram_kb else None
+        package.flash_budget = round(opts.flash_kb * 1024) if opts.flash_kb else None
+        if opts.deploy:
+            with steps("deploy", "writing the TFLite Micro package"):
+                write_package(package, outdir)
     job = Job(model, target, quantize, before, data, attempt, retry, steps.timings, recovery,
               package)
     files = {}

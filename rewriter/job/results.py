@@ -105,11 +105,12 @@ class Job:
     retry: Retry | None
     timings: dict[str, float]
     recovery: Recovery | None = None  # --recover: the attempt is the fine-tuned one
-    package: Package | None = None  # --deploy: the TFLite Micro package written
+    package: Package | None = None  # --deploy/--sram/--flash: memory figures (and package)
 
     @property
     def ok(self) -> bool:
-        return self.attempt.ok
+        """The attempt is OK and the model fits the ``--sram``/``--flash`` budgets."""
+        return self.attempt.ok and not (self.package is not None and self.package.overruns())
 
     @property
     def warnings(self) -> list[str]:

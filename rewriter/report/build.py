@@ -64,6 +64,9 @@ def build_report(job: Job) -> dict[str, Any]:
     report["summary"] = summary(report, attempt, job.data.verification.synthetic,
                                 job.data.describe() if not job.data.verification.synthetic
                                 else job.data.calibrated, also)
+    over = job.package.overruns() if job.package is not None else []
+    if over:
+        report["summary"] = "OVER BUDGET: " + "; ".join(over) + "; " + report["summary"]
     return report
 
 
