@@ -34,12 +34,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def pages() -> dict[str, str]:
-    """Every generated page: the op tables' and the activation table."""
+    """Every generated page: the op tables', the rules' and the activation table."""
     from rewriter.host.resources import source_checkout
     from rewriter.report.activation_table import PAGE, page
+    from rewriter.report.rule_docs import render_rules
     from rewriter.targets import docs_files
 
-    return {**docs_files(), PAGE: page(source_checkout())}
+    return {**docs_files(), "rules.md": render_rules(), PAGE: page(source_checkout())}
 
 
 def stale_pages(out: Path) -> list[str]:

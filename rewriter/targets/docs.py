@@ -103,9 +103,6 @@ def docs_files() -> dict[str, str]:
     """File name -> generated markdown for every table (what ``rewrite docs`` writes)."""
     out = {t.table_name + ".md": render_markdown(t) for t in table_targets()}
     out["README.md"] = _render_index()
-    from rewriter.targets.rule_docs import render_rules
-
-    out["rules.md"] = render_rules()
     return out
 
 
