@@ -98,6 +98,14 @@ SAMPLES: dict[str, tuple[Callable[[], Any], tuple[float, float], int]] = {
                                                   mode="REFLECT")), (-1.0, 1.0), 0),
     # Basic Pitch's CQT magnitude: re**2 + im**2 summed over an axis of 2
     "sum_as_adds": (_fn(lambda x: tf.reduce_sum(x * x, -1), (1, 4, 4, 2)), (-1.0, 1.0), 0),
+    # Keras's mask value -0.7*float32.max under a constant condition (the Edge TPU's SOFTMAX
+    # takes one axis larger than 1: a [1, 6] row)
+    "softmax_mask_select": (_fn(lambda x: tf.nn.softmax(tf.where(
+        tf.constant([[True, True, True, True, False, False]]), x,
+        tf.constant(np.float32(-0.7 * np.finfo(np.float32).max)))), (1, 6)), (-3.0, 3.0), 0),
+    "cumsum_as_conv1x1": (_fn(lambda x: tf.math.cumsum(x, axis=1), (1, 16, 8)), (-1.0, 1.0), 0),
+    # the rows and columns regrouped by rank-3 reshapes: three "might not be mapped" RESHAPEs
+    "strided_slice_unit_steps": (_fn(lambda x: x[:, ::2, ::2, :] * 2.0), (-1.0, 1.0), 3),
 }
 
 

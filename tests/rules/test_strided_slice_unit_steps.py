@@ -23,7 +23,7 @@ RNG = np.random.default_rng(7)
 def test_strided_slices_keep_the_same_elements(shape, index):
     model = model_from_function(lambda x: x[index], [shape])
     result = apply_rules(model, [RULE])
-    assert [a["rule"] for a in result.applied] == ["strided_slice_unit_steps"]
+    assert [a.rule for a in result.applied] == ["strided_slice_unit_steps"]
     assert "StridedSlice" not in op_types(result.model)
     x = RNG.normal(0, 1, shape).astype("f4")
     got = result.model.run({"x0": x})["output_0"]
@@ -34,7 +34,7 @@ def test_unit_steps_and_negative_steps_are_left_alone():
     unit = model_from_function(lambda x: x[:, 1:5], [(1, 8, 4)])
     assert apply_rules(unit, [RULE]).applied == []
     back = apply_rules(model_from_function(lambda x: x[:, ::-2], [(1, 8, 4)]), [RULE])
-    assert back.applied == [] and "not all positive" in back.rejected[0]["reason"]
+    assert back.applied == [] and "not all positive" in back.rejected[0].reason
 
 
 def test_int8_file_passes_the_edge_tpu_table(tmp_path):
