@@ -5,15 +5,12 @@ an RSQRT, which its documented table lacks (the job reports it, exit 1)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from rewriter.cli import main
-
-MIN_INT8_COSINE = 0.99
+from tests.whole_job import assert_runs_whole, rules_applied
 
 
 @pytest.fixture(scope="module")
@@ -34,21 +31,9 @@ def block(tmp_path_factory) -> Path:
 
 
 def _runs_whole(model: Path, target: str, out: Path) -> None:
-    code = main([str(model), "--target", target, "--calibration",
-                 str(model.parent / "calibration.npy"), "--data", str(model.parent / "data.npy"),
-                 "-o", str(out), "-q"])
-    report = json.loads((out / "report.json").read_text())
-    assert code == 0 and report["ok"] is True, report["unsupported_after"]
-    [cmp] = report["equivalence"]["artifact"]["outputs"].values()
-    if target == "onnx":
-        assert cmp["max_rel_error"] <= 1e-4
-        return
-    assert [a["rule"] for a in report["rules_applied"]] == ["groupnorm_decompose"]
-    assert cmp["cosine"] >= MIN_INT8_COSINE
-    if target.startswith("ethos-u"):
-        assert report["vela"]["cpu_ops"] == 0
-    if target == "tflm":
-        assert report["equivalence"]["artifact"]["runtime"] == "TFLite Micro"
+    report = assert_runs_whole(model, target, out)
+    if target != "onnx":
+        assert rules_applied(report) == ["groupnorm_decompose"]
 
 
 def test_groupnorm_block_runs_whole_on_ethos_u55(block, tmp_path):

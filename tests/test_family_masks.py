@@ -13,16 +13,14 @@ The default run takes one target per model; the whole matrix is ``slow``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from rewriter.cli import main
+from tests.whole_job import assert_runs_whole, job, rules_applied
 
 TOKENS, DIM = 16, 32
-MIN_INT8_COSINE = 0.99
 
 
 @pytest.fixture(scope="module")
@@ -45,31 +43,11 @@ def masks(tmp_path_factory) -> dict[str, Path]:
     return {"causal": root / "causal.keras", "where": root / "where.keras"}
 
 
-def _rewrite(model: Path, target: str, out: Path) -> tuple[int, dict]:
-    root = model.parent
-    code = main([str(model), "--target", target, "--calibration", str(root / "calibration.npy"),
-                 "--data", str(root / "data.npy"), "-o", str(out), "-q"])
-    return code, json.loads((out / "report.json").read_text())
-
-
 def _causal_runs_whole(masks: dict[str, Path], target: str, out: Path) -> None:
-    code, report = _rewrite(masks["causal"], target, out)
-    assert code == 0 and report["ok"] is True, report.get("unsupported_after")
-    assert "softmax_mask_select" in [a["rule"] for a in report["rules_applied"]] or (
-        target == "onnx")
-    assert report["unsupported_after"] == []
-    [cmp] = report["equivalence"]["artifact"]["outputs"].values()
-    if target == "onnx":
-        assert cmp["max_rel_error"] <= 1e-4
-        return
-    assert cmp["cosine"] >= MIN_INT8_COSINE
-    assert "SELECT_V2" not in report["artifact_ops"]
-    if target == "edgetpu":
-        assert report["placement_after"]["cut"] is None
-    if target.startswith("ethos-u"):
-        assert report["vela"]["cpu_ops"] == 0
-    if target == "tflm":
-        assert report["equivalence"]["artifact"]["runtime"] == "TFLite Micro"
+    report = assert_runs_whole(masks["causal"], target, out)
+    if target != "onnx":
+        assert "softmax_mask_select" in rules_applied(report)
+        assert "SELECT_V2" not in report["artifact_ops"]
 
 
 def test_causal_attention_runs_whole_on_ethos_u55(masks, tmp_path):
@@ -84,9 +62,9 @@ def test_causal_attention_runs_whole_on_every_target(masks, tmp_path, target):
 
 @pytest.mark.slow
 def test_a_where_mask_is_not_fitted_with_a_bound_of_1e9(masks, tmp_path):
-    code, report = _rewrite(masks["where"], "edgetpu", tmp_path / "out")
+    code, report = job(masks["where"], "edgetpu", tmp_path / "out")
     assert code == 1 and report["ok"] is False
-    assert "elementwise_ramps" not in [a["rule"] for a in report["rules_applied"]]
+    assert "elementwise_ramps" not in rules_applied(report)
     why = {u["op"]: u.get("why", "") for u in report["unsupported_after"]}
     assert "no fix" in why["SELECT_V2"] and "1e+09" in why["SELECT_V2"], why
 
@@ -95,7 +73,7 @@ def test_a_where_mask_is_not_fitted_with_a_bound_of_1e9(masks, tmp_path):
 def test_a_file_tflite_micro_aborts_on_is_not_placed(masks, tmp_path):
     """The where-mask's int8 file makes TFLite Micro abort (SIGABRT, no message): the job names
     the operator (found by bisection) instead of "0 unsupported op(s) in the artifact"."""
-    code, report = _rewrite(masks["where"], "tflm", tmp_path / "out")
+    code, report = job(masks["where"], "tflm", tmp_path / "out")
     assert code == 1 and report["ok"] is False
     [entry] = report["unsupported_after"]
     assert entry["op"] == "GREATER" and "TFLite Micro cannot run" in entry["reason"], entry
