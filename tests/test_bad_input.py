@@ -141,3 +141,42 @@ def test_checkpoint_without_meta(tmp_path, cli, samples):
 def test_usage_errors_are_one_line(cli):
     code, _, err = cli("inspect")
     _assert_one_line_error(code, err, "model")
+
+
+def _with_activation(src: Path, dst: Path, activation: dict) -> Path:
+    """``src`` (a .keras zip) with its layer 'act' given another activation in config.json."""
+    import json
+    import zipfile
+
+    with zipfile.ZipFile(src) as z:
+        files = {n: z.read(n) for n in z.namelist()}
+    config = json.loads(files["config.json"])
+    for layer in config["config"]["layers"]:
+        if layer["config"]["name"] == "act":
+            layer["config"]["activation"] = activation
+    files["config.json"] = json.dumps(config).encode()
+    with zipfile.ZipFile(dst, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    return dst
+
+
+@pytest.mark.parametrize("function,needle", [
+    ("tile", "tile() missing 1 required positional argument"),   # an activation missing its args
+    ("concatenate", "symbolic `tf.Tensor` as a Python `bool`")])  # one that is not elementwise
+def test_a_layer_keras_cannot_call_is_bad_input_naming_it(tmp_path, cli, function, needle):
+    """The model loads, then one of its layers fails when Keras calls it: the user's model is
+    broken (exit 2 naming the layer and Keras's message), not a bug in rewriter (exit 3)."""
+    import keras
+
+    inp = keras.Input((8,))
+    out = keras.layers.Dense(3)(keras.layers.Activation("relu", name="act")(
+        keras.layers.Dense(4)(inp)))
+    keras.Model(inp, out).save(tmp_path / "base.keras")
+    bad = _with_activation(tmp_path / "base.keras", tmp_path / "bad.keras", {
+        "module": "keras.ops", "class_name": "function", "config": function,
+        "registered_name": None})
+    before = _digest(bad)
+    code, _, err = cli("check", bad, "--target", "edgetpu")
+    _assert_one_line_error(code, err, "Keras cannot call the model", "Activation", needle)
+    assert _digest(bad) == before

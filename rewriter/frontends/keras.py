@@ -12,6 +12,7 @@ version emits (e.g. ``FusedBatchNormV3``); Keras 3 files with Keras 3.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rewriter.errors import UserError
@@ -119,7 +120,13 @@ def _freeze_keras_model(model: Any, path: str, fmt: str, options: LoadOptions,
     def call(*args: Any) -> Any:
         return model(args[0] if single else list(args), training=False)
 
-    fn = tf.function(call, input_signature=specs).get_concrete_function()
+    try:
+        fn = tf.function(call, input_signature=specs).get_concrete_function()
+    except Exception as exc:  # a layer of the user's model fails when Keras calls it
+        error = _call_error(path, exc)
+        if error is None:
+            raise
+        raise error from None
     check_memory(fn.graph, path)  # before Grappler sees the shapes while freezing
     graph_def, frozen, norm_notes = freeze_concrete_function(fn)
     notes.extend(norm_notes)
@@ -130,6 +137,40 @@ def _freeze_keras_model(model: Any, path: str, fmt: str, options: LoadOptions,
     aliases = {name: t.name for name, t in zip(layers, frozen.outputs[n_out:])}
     return apply_cut(Model(graph_def, inputs, outputs, Source(path, fmt, notes)), options,
                      aliases)
+
+
+def _failing_layer(exc: BaseException) -> Any:
+    """The innermost Keras layer whose code the exception passed through, or None."""
+    layer = None
+    tb = exc.__traceback__
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        module = type(owner).__module__ if owner is not None else ""
+        if module.startswith(("keras.", "tf_keras.")) and hasattr(owner, "name") \
+                and hasattr(owner, "call") and not hasattr(owner, "layers"):
+            layer = owner
+        tb = tb.tb_next
+    return layer
+
+
+def _call_error(path: str, exc: BaseException) -> UserError | None:
+    """Bad input when a layer of the model (not this tool) fails as Keras calls it."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    layer = _failing_layer(exc)
+    if layer is None and "Exception encountered when calling" not in text:
+        return None
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    marks = [i for i, ln in enumerate(lines) if "Exception encountered when calling" in ln]
+    after = lines[marks[-1] + 1:] if marks else lines
+    core = next((ln for ln in after if not ln.startswith(("Arguments received", "•"))),
+                type(exc).__name__)
+    called = re.search(r"when calling (\w+)\.call", lines[marks[-1]]) if marks else None
+    if layer is not None:
+        where = f"layer '{layer.name}' ({type(layer).__name__})"
+    else:
+        where = f"a layer of class {called.group(1)}" if called else "one of its layers"
+    return UserError(f"{path}: Keras cannot call the model: {where} fails: {core[:200]} "
+                     "(the model is broken as saved: fix that layer and save it again)")
 
 
 def _cut_layers(model: Any, options: LoadOptions, path: str) -> dict[str, Any]:
