@@ -116,15 +116,15 @@ def test_unfixable_op_exits_1_and_is_reported(tmp_path, cli):
     class M(tf.Module):
         @tf.function(input_signature=[tf.TensorSpec([1, 8], tf.float32, name="x")])
         def __call__(self, x):
-            return {"y": tf.math.cumsum(x, axis=1)}
+            return {"y": tf.reduce_prod(x, axis=1, keepdims=True)}  # no rule removes PROD
 
     m = M()
     tf.saved_model.save(m, str(tmp_path / "sm"), signatures={"serving_default": m.__call__})
     code, _, _ = cli(tmp_path / "sm", "--target", "edgetpu", "-o", tmp_path / "out", "-q")
     report = _report(tmp_path / "out")
     assert code == 1 and report["ok"] is False
-    assert "CUMSUM" in {u["op"] for u in report["unsupported_after"]}
-    assert all(u["fix"] is None for u in report["unsupported_after"] if u["op"] == "CUMSUM")
+    assert "REDUCE_PROD" in {u["op"] for u in report["unsupported_after"]}
+    assert all(u["fix"] is None for u in report["unsupported_after"] if u["op"] == "REDUCE_PROD")
 
 
 def test_output_path_that_is_a_file_is_refused(tmp_path, cli):
