@@ -3,7 +3,8 @@
 :func:`plan` asks the target which nodes it lacks (:meth:`PlanTarget.check_graph`, node level,
 so attribute limits count) and picks, per op and rule family, the best exact rule whose
 ``emits`` the target runs (its ``fused`` target ops where the converter fuses them); an
-approximate rule only when no exact one fits (never with ``exact_only``). Ops no rule fits go to
+approximate rule only when no exact one fits (never with ``exact_only``). An op's named fix
+(``Fix.rule``) is the first of them whose pattern matches one of its lacking nodes. Ops no rule fits go to
 ``Plan.unfixable`` with the reason. :func:`plan_and_apply` runs plan -> apply -> re-check in
 rounds on the one pass engine (:mod:`rewriter.rewrite.passes`). The planner is typed against
 :class:`PlanTarget`, which :class:`rewriter.targets.Target` satisfies; tests build their
@@ -16,10 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rewriter.ir.graph import GraphIndex
 from rewriter.ir.model import PLUMBING_OPS, Model
 from rewriter.rewrite.passes import RewriteResult, Samples, apply_rules
 from rewriter.rules import all_rules, get_rule, rules_for_op
-from rewriter.rules.base import Applied, Bound, Reject, Rule
+from rewriter.rules.base import Applied, Bound, Match, Reject, Rule
 
 if TYPE_CHECKING:  # pragma: no cover
     from rewriter.targets import GraphCheck, OpStatus
@@ -134,12 +136,14 @@ def plan(model: Model, target: PlanTarget, quantize: str, exact_only: bool = Fal
     fixes: list[Fix] = []
     unfixable: list[Unfixable] = []
     chosen: list[str] = []
-    for op, (count, reason, _) in lacking.items():
+    matcher = _Matcher(model)
+    for op, (count, reason, nodes) in lacking.items():
         rules, why = choose_rules(op, target, quantize, exact_only, cache, exclude)
         if not rules:
             unfixable.append(Unfixable(op, count, reason, why))
             continue
-        best = rules[0]
+        best = next((r for r in rules if matcher.covers(r, nodes)), rules[0])
+        rules = [best, *(r for r in rules if r is not best)]
         fixes.append(Fix(op, count, reason, best.name, [r.name for r in rules[1:]], best.exact,
                          best.bound))
         chosen.extend(r.name for r in rules if r.name not in chosen)
@@ -148,6 +152,34 @@ def plan(model: Model, target: PlanTarget, quantize: str, exact_only: bool = Fal
     focus = [n for op in lacking for n in lacking[op][2]]
     return Plan(target.name, quantize, exact_only,
                 [r.name for r in ordered], fixes, unfixable, focus)
+
+
+class _Matcher:
+    """Which nodes a rule's ``pattern`` covers in the model (asked at the rule's anchors only,
+    structure only, once per rule), so a plan names as an op's fix a rule that matches it: on a
+    LayerNorm the Neg's fix is layernorm_decompose, not groupnorm_decompose (same op, another
+    shape)."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self._g: GraphIndex | None = None
+        self._by_op: dict[str, list[Any]] = {}
+        self._covered: dict[str, set[str]] = {}
+
+    def covers(self, rule: Rule, nodes: list[str]) -> bool:
+        if rule.name not in self._covered:
+            if self._g is None:
+                self._g = GraphIndex(self.model.graph_def)
+                for node in self._g:
+                    self._by_op.setdefault(node.op, []).append(node)
+            covered: set[str] = set()
+            for op in rule.anchors:
+                for node in self._by_op.get(op, ()):
+                    m = rule.pattern(self._g, node)
+                    if isinstance(m, Match):
+                        covered.update(m.node_names)
+            self._covered[rule.name] = covered
+        return not self._covered[rule.name].isdisjoint(nodes)
 
 
 def _unsupported(model: Model, target: PlanTarget, quantize: str
