@@ -345,3 +345,29 @@ def test_l2norm_layernorm_only_where_rsqrt_is_missing():
     for name in ("ethos-u55-128", "tflm", "tflite", "onnx"):
         target = load_target(name)
         assert "layernorm_l2norm" not in plan(model, target, target.default_quantize).rules, name
+
+
+def test_no_approximate_rule_is_planned_for_an_op_onnx_runs():
+    """The ONNX table knows every op an approximate rule fixes that tf2onnx exports to standard
+    ONNX (DivNoNan -> Div, Equal, Where): Basic Pitch's div_no_nan was given
+    div_reciprocal_ramps on onnx (its TF-graph check said 'DivNoNan is not an ONNX op'),
+    an approximation where ONNX Runtime divides exactly. Planned on onnx, a divide_no_nan gets
+    no rule; on the Edge TPU, which has no DIV, it gets a fitted (approximate) rule."""
+    import tf2onnx.onnx_opset  # noqa: F401 - registers the handlers
+    from tf2onnx import handler
+
+    from rewriter.targets import load_target
+
+    onnx = load_target("onnx")
+    exported = {op for versions in handler.tf_op.get_opsets().values()
+                for table in versions for op in table}
+    approximate = {op for rule in all_rules() if not rule.exact for op in rule.fixes}
+    unknown = sorted(op for op in approximate & exported if onnx.lower(op) is None)
+    assert unknown == []
+    assert onnx.tf_op_status("DivNoNan").supported
+
+    model = model_from_function(
+        lambda x: tf.math.divide_no_nan(x, tf.reduce_max(x, axis=-1, keepdims=True)), [(1, 8)])
+    assert plan(model, onnx, "none").rules == []
+    edgetpu = plan(model, load_target("edgetpu"), "int8")
+    assert [f.op for f in edgetpu.fixes] == ["DivNoNan"] and not edgetpu.fixes[0].exact

@@ -8,9 +8,11 @@ function ``f`` a target lacks, e.g. LOG or EXP in an audio front end):
 * :func:`fit_ramps` fits ``g`` on the range the calibration data shows (widened by
   :data:`MARGIN`) by a continuous piecewise-linear function: breakpoints placed greedily so each
   segment's chord is within a tolerance derived from int8 (:data:`STEPS_PER_TOLERANCE` below the
-  output's int8 step), knot values then refined by least squares; the bound is the largest
-  ``|fit - f|`` over the fitted range, measured on a dense float64 grid of the float32
-  implementation;
+  output's int8 step), knot values then refined by least squares; the grid is refined by
+  bisection where ``f`` is steep (``log`` near 0), and the fitted range reaches 0 when the
+  input comes within one int8 step of it (the quantised input is 0 there); the bound is the
+  largest ``|fit - f|`` over the fitted range, measured on a dense float64 grid (uniform, plus
+  the refined grid and its midpoints) of the float32 implementation;
 * :func:`build_ramps` builds it with CONV_2D, RELU6, RESHAPE (and RELU, MUL, ADD for the linear
   part): ``x`` is reshaped to ``[1, A, B, 1]``, one 1x1 convolution with K output channels and a
   fused RELU6 computes every ramp ``r_k = 6 * clip((x - t_k) / w_k, 0, 1)``, a second 1x1
@@ -122,10 +124,12 @@ class RampFit:
         lo, hi = self.observed
         jumps = (f"; {len(self.jumps)} jump(s), crossed by a ramp {2 * JUMP_WIDTH:g} of the "
                  "range wide, where the error is up to the jump" if self.jumps else "")
+        zero = (" and to 0, the value an int8 input within one step of 0 takes"
+                if 0.0 in self.fit_range and 0.0 not in (lo, hi) else "")
         return Bound(self.max_abs_error, self.fit_range,
                      f"{self.segments} ramps fitted to {self.function.name} on [{lo:.4g}, "
                      f"{hi:.4g}], the range of {tensor} over {samples} calibration samples, "
-                     f"widened by {MARGIN:.0%} each side{jumps}")
+                     f"widened by {MARGIN:.0%} each side{zero}{jumps}")
 
 
 def fit_ramps(fn: UnaryFunction, lo: float, hi: float, max_segments: int = MAX_SEGMENTS,
@@ -137,6 +141,7 @@ def fit_ramps(fn: UnaryFunction, lo: float, hi: float, max_segments: int = MAX_S
     # widen by MARGIN, but at most halfway to a finite domain edge (log near 0 is steep)
     flo = max(lo - min(MARGIN * width, (lo - fn.domain[0]) / 2), _inside(fn.domain[0], +1))
     fhi = min(hi + min(MARGIN * width, (fn.domain[1] - hi) / 2), _inside(fn.domain[1], -1))
+    flo, fhi = _with_int8_zero(fn, lo, hi, flo, fhi)
     if not flo < fhi or lo < fn.domain[0] or hi > fn.domain[1]:
         return (f"{fn.name} is not finite on the observed range [{lo:.4g}, {hi:.4g}] "
                 f"(domain {fn.domain})")
@@ -148,6 +153,9 @@ def fit_ramps(fn: UnaryFunction, lo: float, hi: float, max_segments: int = MAX_S
     with np.errstate(all="ignore"):
         ys = fn.f(xs)
     finite = np.isfinite(ys)
+    if finite.all():  # dense where f is steep (log near 0, 1/y near its smallest divisor)
+        xs, ys = _refine(fn.f, xs, ys, max(float(np.ptp(ys)), 1e-6) / 255.0 / STEPS_PER_TOLERANCE)
+        finite = np.isfinite(ys)
     inner = (xs >= lo) & (xs <= hi)
     if not finite[inner].all():
         return f"{fn.name} is not finite everywhere on the observed range [{lo:.4g}, {hi:.4g}]"
@@ -163,6 +171,7 @@ def fit_ramps(fn: UnaryFunction, lo: float, hi: float, max_segments: int = MAX_S
             flo = lo - (lo - _domain_edge(fn.f, float(bad_lo.max()), lo)) / 2
         if bad_hi.size:
             fhi = hi + (_domain_edge(fn.f, float(bad_hi.min()), hi) - hi) / 2
+        flo, fhi = _with_int8_zero(fn, lo, hi, flo, fhi)
         return _refit(fn, lo, hi, flo, fhi, max_segments)
     if fn.slope_minus is None or fn.slope_plus is None:
         fn = with_linear_part(fn, xs, ys)
@@ -186,7 +195,10 @@ def fit_ramps(fn: UnaryFunction, lo: float, hi: float, max_segments: int = MAX_S
         tol *= 1.25
     knots = xs[idx]
     values = _least_squares_values(xs, res, knots)
-    dense = np.linspace(flo, fhi, 4 * GRID)
+    # the bound: a uniform grid 4x the fit's, the fit's own grid and the midpoints of both
+    uniform = np.linspace(flo, fhi, 4 * GRID)
+    dense = np.union1d(np.union1d(uniform, xs), 0.5 * (xs[1:] + xs[:-1]))
+    dense = dense[(dense >= flo) & (dense <= fhi)]
     with np.errstate(all="ignore"):
         exact = fn.f(dense)
     nonnegative = bool(np.all(exact >= 0))
@@ -308,6 +320,59 @@ def with_linear_part(fn: UnaryFunction, xs: np.ndarray, ys: np.ndarray) -> Unary
         if tv < best[0] * 0.9:  # a linear part must earn its nodes
             best = (tv, ca, cc)
     return UnaryFunction(fn.name, fn.f, best[1], best[2], fn.domain, fn.poles)
+
+
+#: At most this many points are added where the uniform grid is too coarse for ``f``.
+REFINE_POINTS = 65536
+
+
+def _refine(f: Callable[[np.ndarray], np.ndarray], xs: np.ndarray, ys: np.ndarray, tol: float
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """The grid with midpoints added (bisection, up to 48 levels) wherever ``f`` changes by more
+    than ``tol`` between neighbours, so a steep end (``log`` near 0: the uniform grid's first
+    step from 2e-4 to 0.3 spans 7.3 in ``log``) is fitted and bounded on points, not across
+    one chord. A jump (no finer step makes it smaller) stops at 48 levels or
+    :data:`REFINE_POINTS`; where ``f`` is not finite at a midpoint the interval is left alone."""
+    added = 0
+    for _ in range(48):
+        steep = np.abs(np.diff(ys)) > tol
+        if not steep.any() or added >= REFINE_POINTS:
+            break
+        mids = (0.5 * (xs[:-1] + xs[1:]))[steep][: REFINE_POINTS - added]
+        mids = mids[(mids > xs[0]) & (mids < xs[-1])]
+        with np.errstate(all="ignore"):
+            new = f(mids)
+        ok = np.isfinite(new)
+        if not ok.any():
+            break
+        mids, new = mids[ok], new[ok]
+        added += len(mids)
+        order = np.argsort(np.concatenate([xs, mids]), kind="stable")
+        xs, ys = np.concatenate([xs, mids])[order], np.concatenate([ys, new])[order]
+        keep = np.concatenate([[True], np.diff(xs) > 0])
+        xs, ys = xs[keep], ys[keep]
+    return xs, ys
+
+
+def _with_int8_zero(fn: UnaryFunction, lo: float, hi: float, flo: float, fhi: float
+                    ) -> tuple[float, float]:
+    """The fitted range, reaching 0 when the input is within one int8 step of it: an int8
+    (and int16) tensor's grid always holds 0, so an input of [2e-4, 2224] (a mel power) is
+    quantised to 0 below half a step (4.4) and the fit is evaluated there; extended only where
+    ``f`` is finite at 0 (``log(x + 1e-6)``, not ``1/y``)."""
+    step = (max(hi, 0.0) - min(lo, 0.0)) / 255.0
+    if 0.0 < flo and lo <= step:
+        edge = 0.0
+    elif fhi < 0.0 and -step <= hi:
+        edge = 0.0
+    else:
+        return flo, fhi
+    if not fn.domain[0] < edge < fn.domain[1]:
+        return flo, fhi
+    with np.errstate(all="ignore"):
+        if not np.isfinite(fn.f(np.array([edge]))).all():
+            return flo, fhi
+    return min(flo, edge), max(fhi, edge)
 
 
 def _inside(edge: float, direction: int) -> float:
