@@ -1,0 +1,211 @@
+"""Mixed precision against an accuracy target (issue 30): per model and target, int8 only, 16x8
+only (the TFLite converter, as ``--quantize int8`` / ``16x8``) and the plan the search chooses
+(``rewriter.tune.plan_search``: the worst int8 layers promoted to 16x8 by the AI Edge Quantizer
+until every output reaches ``--accuracy`` on held-back data): cosine and top-1 agreement against
+the float file on held-back inputs, measured on the target's runtime (TFLite Micro for tflm,
+LiteRT for Ethos-U), Vela 5.2's estimate for ethos-u55-128 (time, SRAM, CPU ops), file size.
+
+Models: keras.applications at ``--size`` (64), weights=None, BatchNormalization statistics set by
+a training-mode pass (momentum 0) over the calibration images and gamma/beta drawn around 1/0
+(``real_models.realistic_statistics``), so deep activations stay normalised. Data: seeded
+structured images (``real_models.structured_images``): ``--calibration`` for calibration (seed
+1), ``--heldback`` never seen by calibration or the search's per-layer probe (seed 2).
+
+    nice python benchmarks/mixed_precision.py      # writes benchmarks/results/mixed_precision.*
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import stamp  # noqa: E402
+
+MODELS = ("MobileNetV2", "MobileNetV3Large", "ResNet50")
+TARGETS = ("ethos-u55-128", "tflm")
+
+
+def build(name: str, size: int, cal: np.ndarray) -> Any:
+    import keras
+    from real_models import realistic_statistics
+
+    km = getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3))
+    realistic_statistics(km, cal)
+    return km
+
+
+def convert(km: Any, size: int, quantize: str, cal: np.ndarray) -> bytes:
+    import keras
+    import tensorflow as tf
+
+    inp = keras.Input((size, size, 3), batch_size=1)
+    conv = tf.lite.TFLiteConverter.from_keras_model(keras.Model(inp, km(inp, training=False)))
+    if quantize != "none":
+        conv.optimizations = [tf.lite.Optimize.DEFAULT]
+        conv.representative_dataset = lambda: ([x[None]] for x in cal)
+        if quantize == "int8":
+            conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+            conv.inference_input_type = conv.inference_output_type = tf.int8
+        else:
+            conv.target_spec.supported_ops = [
+                tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
+            conv.inference_input_type = conv.inference_output_type = tf.int16
+    return bytes(conv.convert())
+
+
+def run(data: bytes, samples: list[np.ndarray], runtime: str, tmp: Path) -> list[dict]:
+    from rewriter.verify.runners import LiteRTRunner
+    from rewriter.verify.tflm import TflmRunner
+
+    path = tmp / f"m{abs(hash(data)) % 10**9}.tflite"
+    path.write_bytes(data)
+    runner = (TflmRunner if runtime == "tflm" else LiteRTRunner)(path)
+    name = runner.inputs[0].name
+    feeds = [{name: x[None]} for x in samples]
+    outs = runner.run_many(feeds) if runtime == "tflm" else [runner.run(f) for f in feeds]
+    return [{"out": next(iter(o.values()))} for o in outs]
+
+
+def vela_cost(data: bytes, tmp: Path) -> dict[str, Any]:
+    from rewriter.targets.vela import run_vela
+
+    path = tmp / "cost.tflite"
+    path.write_bytes(data)
+    v = run_vela(path, "ethos-u55-128")
+    t = v.inference_time
+    return {"vela_ms": round(t * 1e3, 3) if t is not None else None,
+            "sram_kib": float(v.csv.get("sram_memory_used") or 0),
+            "cpu_ops": v.cpu_ops, "npu_ops": v.npu_ops, "size_kib": round(len(data) / 1024, 1)}
+
+
+def one(name: str, target: str, args: Any, tmp: Path, log: Any) -> dict[str, Any]:
+    from real_models import structured_images
+
+    from rewriter.tune.mixed import MixedQuantizer, float_ops
+    from rewriter.tune.plan_search import accuracy, search
+
+    size = args.size
+    cal = structured_images(args.calibration, (size, size, 3), 1, (0.0, 255.0))
+    held = structured_images(args.heldback, (size, size, 3), 2, (0.0, 255.0))
+    km = build(name, size, cal / 127.5 - 1.0 if name != "MobileNetV3Large" else cal)
+    if name != "MobileNetV3Large":  # V3 has its own Rescaling; V2/ResNet50 take [-1, 1] here
+        cal, held = cal / 127.5 - 1.0, held / 127.5 - 1.0
+    cal, held = list(cal.astype(np.float32)), list(held.astype(np.float32))
+    runtime = "tflm" if target == "tflm" else "litert"
+    flt = convert(km, size, "none", cal)
+    ref = run(flt, held, "litert", tmp)
+    row: dict[str, Any] = {"model": name, "target": target, "runtime": runtime}
+    for mode in ("int8", "16x8"):
+        data = convert(km, size, mode, cal)
+        acc, top1 = accuracy(ref, run(data, held, runtime, tmp))
+        row[mode] = {"cosine": acc["out"], "top1": top1.get("out"), **vela_cost(data, tmp)}
+        log(f"{name} {target} converter {mode}: {row[mode]}")
+    from rewriter.tune.mixed import ops_of
+    sig_in = run_input_name(flt, tmp)
+    mq = MixedQuantizer(flt, [{sig_in: x[None]} for x in cal])
+    try:
+        allowed = _allowed(target)
+        res = search(mq, lambda d: accuracy(ref, run(d, held, runtime, tmp)),
+                     lambda d: vela_cost(d, tmp) if target.startswith("ethos") else
+                     {"size_kib": round(len(d) / 1024, 1)},
+                     args.accuracy, [{sig_in: x[None]} for x in cal[:args.probe]], allowed,
+                     log=lambda s: log(f"{name} {target} search: {s}"))
+        plan = mq.build({s: "16x8" for s in res.best.promoted})
+        row["plan"] = {"cosine": res.best.accuracy["out"], "top1": res.best.top1.get("out"),
+                       "met": res.met, "ops_16x8": len(res.best.promoted),
+                       "ops": len(ops_of(flt)), "float_ops": float_ops(plan),
+                       "promoted": [s.split(";")[0][-60:] for s in res.best.promoted],
+                       **vela_cost(plan, tmp)}
+        row["aeq_int8"] = {"cosine": res.int8.accuracy["out"]}
+        row["trials"] = [t.to_json() for t in res.trials]
+    finally:
+        mq.close()
+    log(f"{name} {target} plan: {row['plan']}")
+    return row
+
+
+def run_input_name(data: bytes, tmp: Path) -> str:
+    from rewriter.verify.runners import LiteRTRunner
+
+    path = tmp / "sig.tflite"
+    path.write_bytes(data)
+    return LiteRTRunner(path).inputs[0].name
+
+
+def _allowed(target: str) -> Any:
+    from rewriter.targets.registry import load_target
+
+    t = load_target(target)
+    return lambda op: op not in ("QUANTIZE", "DEQUANTIZE") and bool(t.int16_kernel(op))
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    out = ["| model | target | precision | cosine | top-1 | Vela ms | SRAM KiB | size KiB | "
+           "CPU ops |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        for key, label in (("int8", "int8 only"), ("16x8", "16x8 only"), ("plan", "plan")):
+            c = r.get(key)
+            if not c:
+                continue
+            if key == "plan":
+                label = f"plan: {c['ops_16x8']}/{c['ops']} ops 16x8" + ("" if c["met"]
+                                                                         else " (not met)")
+            top1 = "" if c.get("top1") is None else f"{c['top1']:.3f}"
+            out.append(f"| {r['model']} | {r['target']} | {label} | {c['cosine']:.4f} | {top1} "
+                       f"| {c.get('vela_ms')} | {c.get('sram_kib')} | {c.get('size_kib')} | "
+                       f"{c.get('cpu_ops')} |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--targets", default=",".join(TARGETS))
+    p.add_argument("--size", type=int, default=64)
+    p.add_argument("--calibration", type=int, default=64)
+    p.add_argument("--heldback", type=int, default=32)
+    p.add_argument("--probe", type=int, default=8)
+    p.add_argument("--accuracy", type=float, default=0.99)
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "mixed_precision"))
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rows = []
+    start = time.time()
+
+    def log(s: str) -> None:
+        print(f"[{time.time() - start:7.1f}s] {s}", flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="mixed_bench_") as tmp:
+        for name in args.models.split(","):
+            for target in args.targets.split(","):
+                rows.append(one(name, target, args, Path(tmp), log))
+                Path(f"{out}.json").write_text(json.dumps(rows, indent=1))
+    md = (f"# Mixed precision: int8, 16x8 and the chosen plan at cosine >= {args.accuracy}\n\n"
+          f"{args.size}x{args.size}, weights=None with BN statistics from a training-mode pass; "
+          f"{args.calibration} calibration images, {args.heldback} held-back images (cosine and "
+          f"top-1 against the float file on the target's runtime: TFLite Micro for tflm, "
+          f"LiteRT for Ethos-U); Vela 5.2 ethos-u55-128 estimate for every file. "
+          f"{time.time() - start:.0f} s.\n\n{table(rows)}\n")
+    Path(f"{out}.md").write_text(md)
+    stamp.stamp_files([Path(f"{out}.md"), Path(f"{out}.json")], "mixed_precision.py", argv)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""Mixed precision in one ``.tflite``: chosen ops with int16 activations (16x8) or in float, the
+rest int8, quantised by Google's AI Edge Quantizer (``ai-edge-quantizer``) from a float file.
+
+Why this engine. The TFLite converter has one precision per file (``TFLITE_BUILTINS_INT8`` or
+``EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8``); its
+``QuantizationDebugger(denylisted_nodes=...)`` can only leave chosen nodes in *float*, which on
+Ethos-U is a CPU island (Vela runs no float op). The AI Edge Quantizer (0.10.0, installs next to
+TF 2.21 and ai-edge-litert 2.3.0 without changing them) takes a per-op recipe (a regex over the
+op's output tensor names) with ``a8w8`` or ``a16w8`` per op, and inserts the int8<->int16
+requantising QUANTIZE ops between them. Measured: a Conv-Conv-Dense model with the middle conv
+in 16x8 compiles with Vela 5.2 for ethos-u55-128 at 0 CPU ops (the QUANTIZE int8<->int16 runs
+on the NPU) and runs in TFLite Micro with the same outputs as in LiteRT
+(``tests/test_mixed_precision.py``). Its input/output is int8 (the first op's input is int8:
+no QUANTIZE/DEQUANTIZE on the CPU). Ops it does not quantise stay float (it left LOG float);
+:func:`float_ops` lists them so a plan with a float op is judged as a CPU island.
+
+An op is named by its *scope*: its output tensor names joined by ``;`` with a trailing ``;`` (the
+quantizer's own key, from Model Explorer); a recipe entry matches exactly that scope.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: Precisions a plan can give an op: int8 (the default), ``16x8`` (int16 activations, int8
+#: weights), ``float`` (left unquantised: a float island on the host where the target has one).
+PRECISIONS = ("int8", "16x8", "float")
+
+_WEIGHTS = {"num_bits": 8, "symmetric": True, "granularity": "CHANNELWISE", "dtype": "INT"}
+
+
+def _op_config(bits: int) -> dict[str, Any]:
+    act = {"num_bits": bits, "symmetric": bits == 16, "granularity": "TENSORWISE", "dtype": "INT"}
+    return {"activation_tensor_config": act, "weight_tensor_config": dict(_WEIGHTS),
+            "compute_precision": "INTEGER", "explicit_dequantize": False,
+            "skip_checks": False, "min_weight_elements": 0}
+
+
+def recipe(precisions: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The quantizer recipe: every op int8, then each scope of ``precisions`` at its precision
+    (later entries win in the quantizer's recipe manager)."""
+    out = [{"regex": ".*", "operation": "*", "algorithm_key": "min_max_uniform_quantize",
+            "op_config": _op_config(8)}]
+    for scope, prec in precisions.items():
+        if prec not in PRECISIONS:
+            raise ValueError(f"precision {prec!r} not one of {PRECISIONS}")
+        if prec == "int8":
+            continue
+        entry = {"regex": "^" + re.escape(scope) + "$", "operation": "*"}
+        if prec == "float":
+            entry.update(algorithm_key="no_quantize", op_config={})
+        else:
+            entry.update(algorithm_key="min_max_uniform_quantize", op_config=_op_config(16))
+        out.append(entry)
+    return out
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operator of the float file: its index, builtin name and scope."""
+
+    index: int
+    op: str
+    scope: str
+    outputs: tuple[str, ...]
+    inputs: tuple[str, ...]
+
+
+def ops_of(data: bytes) -> list[Op]:
+    """The operators of a ``.tflite`` (subgraph 0) with their scopes, in execution order."""
+    from ai_edge_quantizer.utils import tfl_flatbuffer_utils as fu
+    from tensorflow.lite.python import schema_py_generated as fb
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(data))
+    names = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
+    sub = model.subgraphs[0]
+
+    def tname(i: int) -> str:
+        n = sub.tensors[i].name
+        return n.decode() if isinstance(n, bytes) else str(n)
+
+    out = []
+    for k, op in enumerate(sub.operators):
+        code = model.operatorCodes[op.opcodeIndex]
+        builtin = max(int(code.builtinCode), int(code.deprecatedBuiltinCode))
+        out.append(Op(k, names.get(builtin, str(builtin)), fu.get_op_scope(op, sub.tensors),
+                      tuple(tname(i) for i in op.outputs if i >= 0),
+                      tuple(tname(i) for i in op.inputs if i >= 0)))
+    return out
+
+
+class MixedQuantizer:
+    """Quantise one float ``.tflite`` under many plans; calibrated once.
+
+    ``calibration``: samples keyed by the float file's signature input names.
+    """
+
+    def __init__(self, float_tflite: bytes, calibration: Sequence[Mapping[str, np.ndarray]],
+                 signature: str = "serving_default") -> None:
+        from ai_edge_quantizer import calibrator, quantizer
+        from ai_edge_quantizer.utils import qsv_utils
+
+        self._tmp = tempfile.TemporaryDirectory(prefix="rewriter-mixed-")
+        self.float_path = Path(self._tmp.name) / "float.tflite"
+        self.float_path.write_bytes(float_tflite)
+        self.ops = ops_of(float_tflite)
+        self._q = quantizer.Quantizer(str(self.float_path))
+        self._q.load_quantization_recipe(recipe({}))
+        # Min/max over every sample, as the TFLite converter calibrates (the quantizer's default
+        # is a moving average of per-sample ranges, 0.95 smoothing, which narrows them: outputs
+        # of held-back inputs were clipped at half their value on the test model).
+        calib = calibrator.Calibrator(float_tflite, num_threads=1,
+                                      qsv_update_func=qsv_utils.min_max_update)
+        calib.calibrate({signature: [dict(s) for s in calibration]},
+                        self._q._recipe_manager)
+        self._stats = calib.get_model_qsvs()
+
+    def build(self, precisions: Mapping[str, str]) -> bytes:
+        """The ``.tflite`` of a plan: ``precisions`` maps op scopes to ``16x8``/``float``; every
+        other op int8 (int8 input/output)."""
+        self._q.load_quantization_recipe(recipe(precisions))
+        return bytes(self._q.quantize(self._stats).quantized_model)
+
+    def close(self) -> None:
+        self._tmp.cleanup()
+
+
+def tensor_dtypes(data: bytes) -> dict[str, int]:
+    """Count of activation tensors by dtype name in a ``.tflite`` (constants excluded)."""
+    from tensorflow.lite.python import schema_py_generated as fb
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(data))
+    names = {v: k for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
+    sub = model.subgraphs[0]
+    counts: dict[str, int] = {}
+    for t in sub.tensors:
+        buf = model.buffers[t.buffer] if t.buffer < len(model.buffers) else None
+        if buf is not None and buf.data is not None and len(buf.data):
+            continue
+        name = names.get(t.type, str(t.type)).lower()
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def float_ops(data: bytes) -> list[str]:
+    """The ops of a quantised file that compute in float (a float input or output that is not a
+    graph input/output's QUANTIZE/DEQUANTIZE pair end)."""
+    from tensorflow.lite.python import schema_py_generated as fb
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(data))
+    names = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
+    sub = model.subgraphs[0]
+    out = []
+    for op in sub.operators:
+        code = model.operatorCodes[op.opcodeIndex]
+        name = names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode)), "?")
+        if name in ("QUANTIZE", "DEQUANTIZE"):
+            continue
+        if any(sub.tensors[i].type == fb.TensorType.FLOAT32 for i in op.outputs if i >= 0):
+            out.append(name)
+    return out

@@ -1,0 +1,181 @@
+"""The cheapest precision plan that meets an accuracy target (``--accuracy COS``).
+
+Start from all-int8. Each round measures, in LiteRT with every intermediate tensor kept, the error
+each op *adds* on the probe samples (1 - cosine of its output against the float file's same
+tensor, less the worst 1 - cosine of its activation inputs), promotes the ``step`` int8 ops that
+add the most to 16x8, each with the producers of its inputs (an int16 input needs its producer
+in 16x8; only ops the target runs in 16x8: ``allowed``), rebuilds the file
+(:class:`rewriter.tune.mixed.MixedQuantizer`) and measures it on the target's own runtime
+(``evaluate``: TFLite Micro for tflm, LiteRT elsewhere) on held-back data; ``step`` doubles each
+round (1, 2, 4, ...). When a round meets the target, the promotions of that round are bisected
+(in promotion order) for the shortest prefix that still meets it. Every plan tried is kept with
+its accuracy and cost (``cost``: Vela's estimate for Ethos-U, the file size elsewhere), so the
+report shows what each promotion costs. When nothing reaches the target (every allowed op
+promoted), the best plan is returned with ``met`` False.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rewriter.tune.mixed import MixedQuantizer
+
+
+@dataclass
+class Trial:
+    """One plan measured: the promoted scopes, accuracy per output, cost."""
+
+    promoted: tuple[str, ...]
+    accuracy: dict[str, float]           # output -> cosine on held-back data
+    cost: dict[str, Any]
+    top1: dict[str, float] = field(default_factory=dict)  # classifiers: top-1 agreement
+
+    @property
+    def worst(self) -> float:
+        return min(self.accuracy.values()) if self.accuracy else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"promoted": len(self.promoted), "accuracy": self.accuracy, "top1": self.top1,
+                "cost": self.cost}
+
+
+@dataclass
+class SearchResult:
+    target: float
+    met: bool
+    best: Trial
+    int8: Trial
+    trials: list[Trial]
+    layers: list[dict[str, Any]]   # every op: index, op, scope, precision, added int8 error
+
+    def to_json(self) -> dict[str, Any]:
+        return {"accuracy_target": self.target, "met": self.met, "plan": self.best.to_json(),
+                "int8": self.int8.to_json(), "trials": [t.to_json() for t in self.trials],
+                "layers": self.layers}
+
+
+def cosine(r: np.ndarray, t: np.ndarray) -> float:
+    r, t = np.asarray(r, np.float64).ravel(), np.asarray(t, np.float64).ravel()
+    nr, nt = float(np.linalg.norm(r)), float(np.linalg.norm(t))
+    if nr == 0 or nt == 0:
+        return 1.0 if nr == nt else 0.0
+    return float(r @ t / (nr * nt))
+
+
+def accuracy(ref: Sequence[Mapping[str, np.ndarray]], test: Sequence[Mapping[str, np.ndarray]]
+             ) -> tuple[dict[str, float], dict[str, float]]:
+    """Cosine per output over every sample; top-1 agreement for outputs shaped [1, classes]."""
+    cos, top1 = {}, {}
+    for name in ref[0]:
+        r = np.stack([np.asarray(s[name]) for s in ref])
+        t = np.stack([np.asarray(s[name]) for s in test])
+        cos[name] = cosine(r, t)
+        if r.ndim == 3 and r.shape[1] == 1 and r.shape[2] > 1:
+            top1[name] = float(np.mean(r.argmax(-1) == t.argmax(-1)))
+    return cos, top1
+
+
+def added_errors(float_path: str, quant: bytes, probe: Sequence[Mapping[str, np.ndarray]],
+                 ops: Sequence[Any]) -> dict[str, float]:
+    """scope -> the error the op adds in ``quant`` (see the module docstring), over ``probe``."""
+    import tempfile
+    from pathlib import Path
+
+    from rewriter.verify.int8_layers import _Tensors
+
+    with tempfile.TemporaryDirectory(prefix="rewriter-plan-") as tmp:
+        qpath = Path(tmp) / "q.tflite"
+        qpath.write_bytes(quant)
+        f, q = _Tensors(float_path), _Tensors(str(qpath))
+        fidx = {d["name"]: i for i, d in f.details.items()}
+        qidx = {d["name"]: i for i, d in q.details.items()}
+        names = sorted({n for op in ops for n in (*op.outputs, *op.inputs)
+                        if n in fidx and n in qidx})
+        num = {n: 0.0 for n in names}
+        den_r = {n: 0.0 for n in names}
+        den_t = {n: 0.0 for n in names}
+        for feeds in probe:
+            fv = f.run(feeds, [fidx[n] for n in names])
+            qv = q.run(feeds, [qidx[n] for n in names])
+            for n in names:
+                r, t = fv[fidx[n]].ravel(), qv[qidx[n]].ravel()
+                if r.shape != t.shape:
+                    continue
+                num[n] += float(r @ t)
+                den_r[n] += float(r @ r)
+                den_t[n] += float(t @ t)
+    err = {n: 1.0 - (num[n] / np.sqrt(den_r[n] * den_t[n]) if den_r[n] * den_t[n] > 0 else 1.0)
+           for n in names}
+    out = {}
+    for op in ops:
+        e_out = max((err[n] for n in op.outputs if n in err), default=None)
+        if e_out is None:
+            continue
+        e_in = max((err[n] for n in op.inputs if n in err), default=0.0)
+        out[op.scope] = max(0.0, e_out - e_in)
+    return out
+
+
+def search(mq: MixedQuantizer, evaluate: Callable[[bytes], tuple[dict[str, float],
+                                                                dict[str, float]]],
+           cost: Callable[[bytes], dict[str, Any]], target: float,
+           probe: Sequence[Mapping[str, np.ndarray]], allowed: Callable[[str], bool],
+           max_rounds: int = 12, log: Callable[[str], None] = lambda s: None) -> SearchResult:
+    """The cheapest plan found whose every output reaches cosine ``target`` (module docstring)."""
+    cache: dict[tuple[str, ...], Trial] = {}
+    order: list[str] = []   # promotion order
+
+    def measure(promoted: Sequence[str]) -> tuple[Trial, bytes]:
+        key = tuple(promoted)
+        data = mq.build({s: "16x8" for s in key})
+        if key not in cache:
+            acc, top1 = evaluate(data)
+            cache[key] = Trial(key, acc, cost(data), top1)
+            log(f"{len(key)} op(s) in 16x8: worst cosine {cache[key].worst:.5f} "
+                f"cost {cache[key].cost}")
+        return cache[key], data
+
+    int8, data = measure(())
+    trials = [int8]
+    best, met = int8, int8.worst >= target
+    candidates = [op.scope for op in mq.ops if allowed(op.op)]
+    allowed_scopes = set(candidates)
+    made_by = {t: op.scope for op in mq.ops for t in op.outputs}
+    producers = {op.scope: [made_by[t] for t in op.inputs if t in made_by] for op in mq.ops}
+    step = 1
+    for _ in range(max_rounds):
+        if met or len(order) >= len(candidates):
+            break
+        errs = added_errors(str(mq.float_path), data, probe, mq.ops)
+        left = sorted((s for s in candidates if s not in order),
+                      key=lambda s: -errs.get(s, 0.0))
+        before = len(order)
+        for scope in left[:step]:
+            # An op's int16 input needs its producer in 16x8 too (else the producer writes the
+            # starved int8 tensor and a QUANTIZE only widens it): promote the pair.
+            for s in (*producers.get(scope, ()), scope):
+                if s not in order and s in allowed_scopes:
+                    order.append(s)
+        trial, data = measure(order)
+        trials.append(trial)
+        if trial.worst > best.worst or trial.worst >= target:
+            best = trial
+        if trial.worst >= target:
+            met = True
+            lo, hi = before, len(order)   # lo fails, hi meets
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                t, _ = measure(order[:mid])
+                trials.append(t)
+                if t.worst >= target:
+                    hi, best = mid, t
+                else:
+                    lo = mid
+        step *= 2
+    layers = [{"index": op.index, "op": op.op, "scope": op.scope,
+               "precision": "16x8" if op.scope in best.promoted else "int8"} for op in mq.ops]
+    return SearchResult(target, met, best, int8, trials, layers)
