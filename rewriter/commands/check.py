@@ -137,6 +137,7 @@ def check_model(args: argparse.Namespace, target: Target, quantize: str,
     from rewriter.job.options import JobOptions
     from rewriter.job.pipeline import run_job
     from rewriter.job.stages import deploy
+    from rewriter.targets.host_lookup import host_lookup
     from rewriter.targets.tail import cpu_tail
 
     with ui.step(f"loading {args.model}"):
@@ -151,6 +152,9 @@ def check_model(args: argparse.Namespace, target: Target, quantize: str,
         tail = cpu_tail(attempt.rewrite.model, attempt.graph_after)
         if tail is not None:
             result["cpu_tail"] = tail.to_json()
+        lookup = host_lookup(attempt.rewrite.model, attempt.graph_after, target.name)
+        if lookup is not None:
+            result["host_lookup"] = lookup.to_json()
         result["plan"] = _plan_json(job)
         if attempt.deployment is None:
             return _decide(result, False)
@@ -170,6 +174,7 @@ def check_model(args: argparse.Namespace, target: Target, quantize: str,
     result = _decide(result, deployment.verdict is not None)
     if result["ok"]:
         result.pop("cpu_tail", None)  # predicted, but the exported file runs it
+        result.pop("host_lookup", None)
     return result
 
 
@@ -287,8 +292,9 @@ def _print(result: dict[str, Any], ui: Any) -> None:
     verdict = "OK: the target runs every op" if result["ok"] else (
         f"NOT OK: {sum(u['count'] for u in result['unsupported'])} unsupported op(s)")
     ui.out(f"\n{verdict} (decided on the {result['level']})")
-    if result.get("cpu_tail"):
-        ui.out(result["cpu_tail"]["text"])
+    for key in ("cpu_tail", "host_lookup"):
+        if result.get(key):
+            ui.out(result[key]["text"])
 
 
 def _print_plan(plan: dict[str, Any] | None, ui: Any) -> None:

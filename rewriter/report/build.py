@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rewriter.host.fs import atomic_write_text
+from rewriter.targets.host_lookup import host_lookup
 from rewriter.targets.tail import cpu_tail
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -52,6 +53,12 @@ def build_report(job: Job) -> dict[str, Any]:
         report["cpu_tail"] = tail.to_json()
         for op in tail.ops:  # the tail's ops: post-processing, not a missing rule
             why[op] = "post-processing in the CPU tail: " + tail.hint + " ends the model before it"
+    lookup = host_lookup(attempt.rewrite.model, attempt.graph_after, target.name)
+    if lookup is not None and not attempt.deployment.unsupported_ops():
+        lookup = None
+    if lookup is not None:
+        report["host_lookup"] = lookup.to_json()
+        why["GatherV2"] = why["GATHER"] = "run it on the host: " + lookup.describe()
     report["unsupported_before"] = with_fixes(job.before.unsupported_summary(),
                                               attempt.plan.rules_by_op(), why)
     report.update(_attempt_report(attempt, why))
@@ -61,6 +68,7 @@ def build_report(job: Job) -> dict[str, Any]:
             report["equivalence"]["recovered_tf"] = job.recovery.float_after.to_json()
     also = [job.recovery.describe()] if job.recovery is not None else []
     also += [tail.describe()] if tail is not None else []
+    also += [lookup.describe()] if lookup is not None else []
     report["summary"] = summary(report, attempt, job.data.verification.synthetic,
                                 job.data.describe() if not job.data.verification.synthetic
                                 else job.data.calibrated, also)

@@ -20,6 +20,7 @@ PEERS: dict[str, tuple[str, str]] = {
                           "-rtpo Asin/Acos/Atan (polynomials)"),
     "elu_exact": ("decompose_elu_pass", ""),
     "erf_poly": ("decompose_gelu_pass / TABLE", "-rtpo Erf"),
+    "gather_index_wrap": ("decompose_embedding (embedding -> GATHER)", ""),
     "gelu_erf_poly": ("decompose_gelu_pass", "-rtpo GeLU"),
     "gelu_tanh_approx": ("decompose_gelu_pass", "-rtpo GeLU"),
     "gelu_sigmoid_approx": ("decompose_gelu_pass", ""),

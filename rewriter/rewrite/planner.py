@@ -206,8 +206,10 @@ def choose_rules(op: str, target: PlanTarget, quantize: str, exact_only: bool,
     """
     candidates = [r for r in rules_for_op(op) if r.name not in exclude]
     if not candidates:
-        return [], ("no rule removes this op" if not rules_for_op(op) else
-                    "every rule for this op was tried and the op remains")
+        listed = [r.name for r in rules_for_op(op)]
+        return [], ("no rule removes this op" if not listed else
+                    f"no rule exists for this form of {op}: the rules that remove other forms "
+                    f"({', '.join(listed)}) were tried and did not match it")
     cache = {} if cache is None else cache
     missing: list[str] = []
     exact: dict[str, Rule] = {}

@@ -109,9 +109,16 @@ SAMPLES: dict[str, tuple[Callable[[], Any], tuple[float, float], int]] = {
 }
 
 
+#: Rules whose tensors are integers, which the Edge TPU never takes (every tensor int8/uint8):
+#: no sample can pass its limits. gather_index_wrap's ids come from an int32 input; there the
+#: lookup runs on the host (the report's --inputs cut, tests/test_family_embedding.py).
+INTEGER_ONLY = frozenset({"gather_index_wrap"})
+
+
 def _edgetpu_rules() -> list[str]:
     cache: dict = {}
-    return sorted(r.name for r in all_rules() if not _lacking(r, TARGET, "int8", cache))
+    return sorted(r.name for r in all_rules()
+                  if not _lacking(r, TARGET, "int8", cache) and r.name not in INTEGER_ONLY)
 
 
 def test_every_rule_the_edge_tpu_can_run_has_a_sample():
