@@ -31,7 +31,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-MODELS = ("grouped_conv_stack", "RegNetX002", "ConvNeXtTiny")
+#: The grouped-conv stack, then the zoo of benchmarks/zoo.py, cheapest first.
+MODELS = ("grouped_conv_stack", "fer_emotion", "kws", "transformer", "detector",
+          "MobileNetV3Small", "MobileNet", "MobileNetV2", "RegNetX002", "EfficientNetB0",
+          "MobileNetV3Large", "EfficientNetV2B0", "NASNetMobile", "DenseNet121", "ConvNeXtTiny",
+          "ResNet50", "InceptionV3", "Xception")
 CONFIGS = ("ethos-u55-128", "ethos-u65-256")
 #: Vela's default system config per accelerator family (what it picks when none is given).
 SYSTEM = {"ethos-u55": "Ethos_U55_High_End_Embedded", "ethos-u65": "Ethos_U65_High_End"}
@@ -131,9 +135,12 @@ def render(rows: list[dict[str, Any]]) -> str:
              "`inference_time`). Host ms: the ops Vela leaves on the CPU, a lower bound at the "
              "Cortex-M55's peak (rewriter/targets/cost.py). Ratio: the job's NPU ms over the plain "
              "file's; total: NPU + host.", "",
+             "Goal (issue 29): total ratio <= 1, and NPU ratio <= 1.05 where the plain file "
+             "has no CPU op.", "",
              "| model | accelerator | system config | plain: NPU/CPU ops | plain: NPU + host ms "
-             "| job: NPU/CPU ops | job: NPU + host ms | NPU ratio | total ratio | job rules |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| job: NPU/CPU ops | job: NPU + host ms | NPU ratio | total ratio | goal "
+             "| job rules |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         p, j = r.get("plain") or {}, r.get("job") or {}
 
@@ -148,8 +155,19 @@ def render(rows: list[dict[str, Any]]) -> str:
         total = (f"{j['total_ms'] / p['total_ms']:.2f}" if p.get("total_ms") and j.get("total_ms")
                  else "n/a")
         lines.append(f"| {r['model']} | {r['config']} | {r['system']} | {pc[0]} | {pc[1]} | "
-                     f"{jc[0]} | {jc[1]} | {ratio} | {total} | {', '.join(r['rules']) or '-'} |")
+                     f"{jc[0]} | {jc[1]} | {ratio} | {total} | {goal(p, j)} | "
+                     f"{', '.join(r['rules']) or '-'} |")
     return "\n".join(lines) + "\n"
+
+
+def goal(p: dict[str, Any], j: dict[str, Any]) -> str:
+    """Issue 29's bar: total <= plain's, NPU <= 1.05x plain's where plain has no CPU op."""
+    if p.get("total_ms") is None or j.get("total_ms") is None:
+        return "n/a"
+    ok = j["total_ms"] <= p["total_ms"] * 1.0005  # Vela prints to the microsecond
+    if not p.get("cpu_ops"):
+        ok = ok and j["npu_ms"] <= 1.05 * p["npu_ms"]
+    return "met" if ok else "**missed**"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,13 +182,21 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     systems = dict(item.split(":", 1) for item in args.system_configs.split(",") if item)
     rows: list[dict[str, Any]] = []
-    for name in args.models.split(","):
-        case = build(name, args.size, args.workdir)
+    names = args.models.split(",")
+    configs = args.configs.split(",")
+    for i, name in enumerate(names):
+        try:
+            case = build(name, args.size, args.workdir)
+        except subprocess.CalledProcessError as exc:
+            rows.extend({"model": name, "config": c, "system": "-", "rules": [],
+                         "plain": {"error": f"build failed: {exc}"}, "job": {}} for c in configs)
+            md, js = write(rows, names[i + 1:], args, argv)
+            continue
         base = plain(case)
         art = job(case, "ethos-u55-128")
         print(f"{name}: plain {base.get('ok')}, job {art.get('ok')} {art.get('rules')}",
               flush=True)
-        for config in args.configs.split(","):
+        for config in configs:
             system = systems.get(config) or SYSTEM[config.rsplit("-", 1)[0]]
             row = {"model": name, "config": config, "system": system,
                    "rules": art.get("rules", []), "artifact_cosine": art.get("artifact_cosine"),
@@ -181,15 +207,26 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {config} {system}: plain {row['plain'].get('npu_ms')} + "
                   f"{row['plain'].get('host_ms')} ms, job {row['job'].get('npu_ms')} + "
                   f"{row['job'].get('host_ms')} ms", flush=True)
+        md, js = write(rows, names[i + 1:], args, argv)  # after every model: a stopped run counts
+    print(f"wrote {md} and {js}")
+    return 0
+
+
+def write(rows: list[dict[str, Any]], not_run: list[str], args: argparse.Namespace,
+          argv: list[str] | None) -> tuple[Path, Path]:
+    """The results so far, stamped; models not reached are listed as not run."""
     args.out.parent.mkdir(parents=True, exist_ok=True)
     md, js = args.out.with_suffix(".md"), args.out.with_suffix(".json")
-    md.write_text(render(rows))
-    js.write_text(json.dumps({"rows": rows}, indent=1) + "\n")
+    text = render(rows)
+    if not_run:
+        text += f"\nNot run (the run stopped or was stopped first): {', '.join(not_run)}.\n"
+    md.write_text(text)
+    js.write_text(json.dumps({"size": args.size, "rows": rows, "not_run": not_run}, indent=1)
+                  + "\n")
     from benchmarks import stamp
 
     stamp.stamp_files([md, js], "speed.py", argv if argv is not None else sys.argv[1:])
-    print(f"wrote {md} and {js}")
-    return 0
+    return md, js
 
 
 if __name__ == "__main__":
