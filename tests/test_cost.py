@@ -100,3 +100,40 @@ def test_edgetpu_model_counts_ops_before_the_cut_and_their_parameters(conv_elu_i
     assert est["ops_on_cpu"] >= 1 and est["by_op"]["ELU"]["edgetpu"] == 0
     assert 0 < est["parameter_bytes"] < EDGETPU_PARAMETER_CACHE
     assert est["streamed_bytes_per_inference"] == 0
+
+
+@pytest.mark.slow  # a whole job and a second export + Vela (176 s on the loaded 2-core machine)
+def test_the_job_report_puts_the_plain_converters_file_beside_the_artifact(tmp_path):
+    """Ethos-U: the plain file leaves the int8 converter's float ELU to the CPU; the job's
+    artifact has none, and the report gives both estimates and the rules' share."""
+    from rewriter.job.options import JobOptions
+    from rewriter.job.pipeline import run_job
+    from rewriter.report.build import build_report, render_markdown
+    from rewriter.testing import conv_bn_elu_chain
+
+    job = run_job(conv_bn_elu_chain(1, size=16), load_target("ethos-u55-128"), tmp_path,
+                  JobOptions(samples=8)).job
+    cmp = build_report(job)["versus_plain"]
+    mine, plain = cmp["job"], cmp["plain"]
+    assert plain["cpu_ops"] >= 1 and plain["host_ms"] > 0
+    assert mine["cpu_ops"] == 0 and mine["host_ms"] == 0
+    assert mine["npu_ms"] > 0 and plain["npu_ms"] > 0
+    assert cmp["total_ratio"] == pytest.approx(mine["total_ms"] / plain["total_ms"], rel=1e-3)
+    assert "elu_exact" in mine["by_rule"]
+    md = render_markdown(build_report(job))
+    assert "beside the plain converter's file" in md and "plain converter's file:" in md
+
+
+def test_versus_lines_for_the_edge_tpu_and_for_one_file():
+    from rewriter.targets.cost import versus, versus_lines
+
+    a = {"ops_on_edgetpu": 10, "ops_on_cpu": 0, "parameter_bytes": 9 * 2**20,
+         "streamed_bytes_per_inference": 2**20}
+    b = a | {"ops_on_edgetpu": 4, "ops_on_cpu": 6}
+    lines = versus_lines(versus(a, b))
+    assert lines[0].startswith("job's artifact: 10 ops on the Edge TPU / 0 on the CPU")
+    assert "1.00 MiB streamed" in lines[0] and "4 ops on the Edge TPU / 6" in lines[1]
+    one = {"npu_ops": 5, "cpu_ops": 0, "npu_ms": 2.0, "host_ms": 0.0, "total_ms": 2.0,
+           "by_rule": {}}
+    lines = versus_lines(versus(one, one) | {"same_file": True})
+    assert "(the same file: no rule applied)" in lines[1] and "total 1.00x" in lines[2]

@@ -162,6 +162,7 @@ def check_model(args: argparse.Namespace, target: Target, quantize: str,
         if attempt.rewrite.applied or job.retry is not None:
             deployment = deploy(model, target, quantize, Path(tmp) / "given" / (
                 f"model.{target.artifact}"), steps, job.data.calibration_samples, vela=vela)
+        result["versus_plain"] = _versus_plain(attempt.deployment, deployment)
     res = deployment.exported.result
     if res is not None:
         calibration = [job.data.calibration_warning] if quantize in ("int8", "16x8") else []
@@ -176,6 +177,17 @@ def check_model(args: argparse.Namespace, target: Target, quantize: str,
         result.pop("cpu_tail", None)  # predicted, but the exported file runs it
         result.pop("host_lookup", None)
     return result
+
+
+def _versus_plain(mine: Any, given: Any) -> dict[str, Any] | None:
+    """The job's artifact beside the given model's plain file on the target's cost model."""
+    from rewriter.targets.cost import versus
+
+    ours = mine.verdict.latency() if mine is not None and mine.verdict is not None else None
+    theirs = given.verdict.latency() if given.verdict is not None else None
+    if ours is None or theirs is None:
+        return None
+    return versus(ours, theirs) | ({"same_file": True} if mine is given else {})
 
 
 def _plan_json(job: Job) -> dict[str, Any]:
@@ -289,6 +301,12 @@ def _print(result: dict[str, Any], ui: Any) -> None:
             ui.out(f"  table and Vela disagree on {d['op']} ({d['node']}): table "
                    f"{d['table']}, Vela {d['vela']} {'; '.join(d['vela_reasons'])}")
     _print_plan(result.get("plan"), ui)
+    if result.get("versus_plain"):
+        from rewriter.targets.cost import versus_lines
+
+        ui.out("\nEstimated latency, what `rewrite run` delivers beside the plain converter's file:")
+        for line in versus_lines(result["versus_plain"]):
+            ui.out(f"  {line}")
     verdict = "OK: the target runs every op" if result["ok"] else (
         f"NOT OK: {sum(u['count'] for u in result['unsupported'])} unsupported op(s)")
     ui.out(f"\n{verdict} (decided on the {result['level']})")

@@ -139,12 +139,42 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
                 write_package(package, outdir)
     job = Job(model, target, quantize, before, data, attempt, retry, steps.timings, recovery,
               package)
+    if until == "all":
+        job.versus_plain = versus_plain(model, target, quantize, attempt, data, opts, steps)
     files = {}
     if attempt.saved_model is not None:
         files["saved_model"] = attempt.saved_model
     if until == "all" and attempt.deployment is not None and attempt.deployment.exported.ok:
         files["artifact"] = str(attempt.deployment.exported.path)
     return JobResult(job, 0 if job.ok else 1, files)
+
+
+def versus_plain(model: Model, target: Target, quantize: str, attempt: Attempt, data: JobData,
+                 opts: JobOptions, steps: Steps) -> dict[str, Any] | None:
+    """The job's artifact beside the plain converter's file (the original model exported the
+    same way, judged the same way) on the target's cost model; None without one. When no rule
+    was applied the artifact is that file and is not exported again."""
+    import tempfile
+
+    from rewriter.targets.cost import versus
+
+    dep = attempt.deployment
+    mine = dep.verdict.latency() if dep is not None and dep.verdict is not None else None
+    if mine is None:
+        return None
+    if not attempt.rewrite.applied:
+        return versus(mine, mine) | {"same_file": True}
+    with (steps("plain", "estimating the plain converter's file for comparison"),
+          tempfile.TemporaryDirectory(prefix="rewrite_plain_") as tmp):
+        plain = deploy(model, target, quantize, Path(tmp) / f"model.{target.artifact}",
+                       Steps(), data.calibration_samples, opts.int8_io, opts.run_vela,
+                       Path(tmp) / "vela")
+    theirs = plain.verdict.latency() if plain.verdict is not None else None
+    if theirs is None:
+        error = plain.exported.error
+        return {"job": mine, "plain": None,
+                "error": f"the plain converter failed: {error}" if error else "no estimate"}
+    return versus(mine, theirs)
 
 
 def _attempt(ctx: _Context, exclude: frozenset[str] = frozenset()) -> Attempt:

@@ -106,6 +106,9 @@ class Job:
     timings: dict[str, float]
     recovery: Recovery | None = None  # --recover: the attempt is the fine-tuned one
     package: Package | None = None  # --deploy/--sram/--flash: memory figures (and package)
+    #: The job's artifact beside the plain converter's file on the target's cost model
+    #: (:func:`rewriter.targets.cost.versus`; None: no cost model for the target or no file).
+    versus_plain: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:

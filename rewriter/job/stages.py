@@ -312,6 +312,12 @@ class ArtifactVerdict:
         """The target ops the file holds that the target lacks."""
         return {v.op for v in self.check.verdicts if not v.supported}
 
+    def latency(self) -> dict[str, Any] | None:
+        """The file's cost on the target (:func:`rewriter.targets.cost.latency`)."""
+        from rewriter.targets.cost import latency
+
+        return latency(self.vela, self.estimate)
+
     def vela_json(self) -> dict[str, Any] | None:
         if self.vela is None:
             return None

@@ -45,6 +45,8 @@ def build_report(job: Job) -> dict[str, Any]:
         report["retry"] = job.retry.to_json()
     if job.package is not None:
         report["memory"] = job.package.memory_json()
+    if job.versus_plain is not None:
+        report["versus_plain"] = job.versus_plain
     why = unfixable_why(attempt.plan, target)
     tail = cpu_tail(attempt.rewrite.model, attempt.graph_after)  # what rewriting left
     if tail is not None and not attempt.deployment.unsupported_ops():
@@ -300,6 +302,11 @@ def render_markdown(r: dict[str, Any]) -> str:
     lines += _placement_md(r)
     lines += _vela_md(r.get("vela"))
     lines += _edgetpu_md(r.get("edgetpu_estimate"))
+    if r.get("versus_plain"):
+        from rewriter.targets.cost import versus_lines
+
+        lines += ["", "## Estimated latency beside the plain converter's file", ""]
+        lines += [f"- {line}" for line in versus_lines(r["versus_plain"])]
     if r.get("artifact_ops"):
         lines += ["", "## Ops in the exported artifact", "",
                   ", ".join(f"{k} x{v}" for k, v in _hist(r["artifact_ops"]).items())]

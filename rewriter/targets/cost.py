@@ -209,3 +209,57 @@ def edgetpu_estimate(tflite_path: str | Path, check: Any) -> dict[str, Any]:
             "model": "ops before the compiler's cut run on the Edge TPU; parameters beyond its "
                      "~8 MB on-chip cache stream from the host every inference "
                      "(coral.ai/docs/edgetpu/compiler)"}
+
+
+# ----------------------------------------------------------------------------- side by side
+def latency(vela: Any, estimate: dict[str, Any] | None) -> dict[str, Any] | None:
+    """One file's cost in the target's currency: Ethos-U NPU/CPU ops and NPU + host ms (from
+    ``estimate`` and Vela's result), the Edge TPU ops on/off the chip and streamed parameters
+    (an :func:`edgetpu_estimate`); None without a cost model."""
+    if estimate is None:
+        return None
+    if "npu_ms" in estimate:
+        return {"npu_ops": vela.npu_ops if vela else None,
+                "cpu_ops": vela.cpu_ops if vela else None,
+                **{k: estimate[k] for k in ("npu_ms", "host_ms", "total_ms")},
+                "by_rule": {k: v["ms"] for k, v in estimate["npu"]["by_rule"].items()
+                            if k != "(no rule)"}}
+    return {k: estimate[k] for k in ("ops_on_edgetpu", "ops_on_cpu", "parameter_bytes",
+                                     "streamed_bytes_per_inference")}
+
+
+def versus(job: dict[str, Any], plain: dict[str, Any]) -> dict[str, Any]:
+    """The job's artifact beside the plain converter's file, with ratios job / plain."""
+    out: dict[str, Any] = {"job": job, "plain": plain}
+    for key in ("npu_ms", "total_ms"):
+        if job.get(key) is not None and plain.get(key):
+            out[f"{key.split('_')[0]}_ratio"] = round(job[key] / plain[key], 4)
+    return out
+
+
+def versus_lines(cmp: dict[str, Any] | None) -> list[str]:
+    """What the report and ``check`` print for :func:`versus`."""
+    if not cmp:
+        return []
+    if cmp.get("error"):
+        return [f"plain converter's file: not estimated ({cmp['error']})"]
+    j, p = cmp["job"], cmp["plain"]
+    same = " (the same file: no rule applied)" if cmp.get("same_file") else ""
+    if "npu_ms" in j:
+        def one(d: dict[str, Any]) -> str:
+            return (f"{d['npu_ops']} NPU / {d['cpu_ops']} CPU ops, NPU {d['npu_ms']:.3f} ms + "
+                    f"host {d['host_ms']:.3f} ms = {d['total_ms']:.3f} ms")
+        lines = [f"job's artifact: {one(j)}", f"plain converter's file{same}: {one(p)}"]
+        if "total_ratio" in cmp:
+            lines.append(f"job / plain: NPU {cmp.get('npu_ratio', float('nan')):.2f}x, "
+                         f"total {cmp['total_ratio']:.2f}x")
+        if j.get("by_rule"):
+            lines.append("the rules' ops cost (NPU): " + ", ".join(
+                f"{k} {v:.3f} ms" for k, v in j["by_rule"].items()))
+        return lines
+
+    def etpu(d: dict[str, Any]) -> str:
+        return (f"{d['ops_on_edgetpu']} ops on the Edge TPU / {d['ops_on_cpu']} on the CPU, "
+                f"{d['parameter_bytes'] / 2**20:.2f} MiB parameters, "
+                f"{d['streamed_bytes_per_inference'] / 2**20:.2f} MiB streamed per inference")
+    return [f"job's artifact: {etpu(j)}", f"plain converter's file{same}: {etpu(p)}"]
