@@ -35,6 +35,7 @@ COMMANDS = {
     "docs": "docs",
     "merge": "merge",
     "batch": "batch",
+    "explore": "explore",
 }
 
 
@@ -91,7 +92,7 @@ def _import_tensorflow_quietly() -> None:
 
 
 #: Commands that never touch TensorFlow (fast, and no import noise to hide).
-_NO_TF_COMMANDS = {"targets", "docs", "batch"}
+_NO_TF_COMMANDS = {"targets", "docs", "batch", "explore"}
 
 
 def _available_commands() -> dict[str, object]:

@@ -45,18 +45,21 @@ def load_from_args(args: argparse.Namespace, attr: str = "model") -> Model:
 
 #: What the main job writes into OUT (an existing OUT holding only these may be replaced).
 RUN_OUTPUTS = ("model.tflite", "model.onnx", "saved_model", "report.json", "report.md",
-               "report.html", "*_vela.tflite", "*.csv", "deploy")
+               "report.html", "*_vela.tflite", "*.csv", "deploy", "explorer")
 
 
 def write_job_reports(stage: Any, result: Any) -> tuple[dict[str, Any], dict[str, str]]:
     """Build a finished job's report from its typed results, with OUT's paths instead of the
-    staging directory's, and write it once: ``report.json``, ``report.md``, ``report.html``.
-    Returns the report and the job's files (artifact, SavedModel, reports) as OUT's paths."""
+    staging directory's, and write it once: ``report.json``, ``report.md``, ``report.html``,
+    and Model Explorer's node data in ``explorer/`` (:mod:`rewriter.report.explorer`). Returns
+    the report and the job's files (artifact, SavedModel, reports) as OUT's paths."""
     from rewriter.report.build import build_report, write_reports
+    from rewriter.report.explorer import write_job_overlays
     from rewriter.report.html import write_html
 
     report = stage.relocate(build_report(result.job))
     files = dict(stage.relocate(result.files))
+    files["explorer"] = stage.relocate(str(write_job_overlays(stage.path, result.job, report)))
     files.update({p.name: stage.relocate(str(p)) for p in write_reports(stage.path, report)})
     files["report.html"] = stage.relocate(str(write_html(stage.path, report)))
     return report, files

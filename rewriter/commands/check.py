@@ -54,6 +54,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     add_vela_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("-o", "--out", metavar="DIR",
+                        help="write the original graph and the plain converter's file with "
+                             "Model Explorer node data (placement, fixing rules) to DIR; open "
+                             "them with `rewrite explore DIR`")
+
+
+#: What ``check -o DIR`` writes (an existing DIR holding only these may be replaced).
+CHECK_OUTPUTS = ("converted.tflite", "explorer")
 
 
 def _fix_for(op: str, prefer: str | None = None,
@@ -132,6 +140,7 @@ def check_model(args: argparse.Namespace, target: Target, quantize: str,
             with steps("vela", f"running Vela ({target.vela_config})"):
                 verdict = vela_stage(verdict, target, path)
         _add_verdict(result, verdict)
+        _explorer(args, None, None, result, (path, verdict.check))
         return _decide(result, True)
     from rewriter.commands._common import load_from_args
     from rewriter.job.options import JobOptions
@@ -157,12 +166,16 @@ def check_model(args: argparse.Namespace, target: Target, quantize: str,
             result["host_lookup"] = lookup.to_json()
         result["plan"] = _plan_json(job)
         if attempt.deployment is None:
+            _explorer(args, model, job, result, None)
             return _decide(result, False)
         deployment = attempt.deployment
         if attempt.rewrite.applied or job.retry is not None:
             deployment = deploy(model, target, quantize, Path(tmp) / "given" / (
                 f"model.{target.artifact}"), steps, job.data.calibration_samples, vela=vela)
         result["versus_plain"] = _versus_plain(attempt.deployment, deployment)
+        given = deployment.verdict
+        _explorer(args, model, job, result, (deployment.exported.path, given.check)
+                  if given is not None else None)
     res = deployment.exported.result
     if res is not None:
         calibration = [job.data.calibration_warning] if quantize in ("int8", "16x8") else []
@@ -188,6 +201,32 @@ def _versus_plain(mine: Any, given: Any) -> dict[str, Any] | None:
     if ours is None or theirs is None:
         return None
     return versus(ours, theirs) | ({"same_file": True} if mine is given else {})
+
+
+def _explorer(args: argparse.Namespace, model: Any, job: Job | None, result: dict[str, Any],
+              artifact: tuple[Path, Any] | None) -> None:
+    """``-o DIR``: the original graph and the file as the plain converter exports it, with
+    Model Explorer node data (:func:`rewriter.report.explorer.write_check_overlays`)."""
+    if not getattr(args, "out", None):
+        return
+    from rewriter.host.fs import staged_output
+    from rewriter.report.explorer import write_check_overlays
+
+    graph = None
+    if job is not None:
+        fixes = {u["op"]: u["fix"] for u in result["graph"]["unsupported"]}
+        graph = (job.before.verdicts, fixes, job.before.cut)
+    art = None
+    if artifact is not None:
+        planned = job.attempt.plan.rules_by_op() if job is not None else None
+        level = _level_json(artifact[1], planned, _fixes_by_target_op(result)
+                            if result.get("graph") else None)
+        art = (artifact[0], artifact[1].verdicts,
+               {u["op"]: u["fix"] for u in level["unsupported"]}, artifact[1].cut)
+    with staged_output(args.out, [args.model], CHECK_OUTPUTS, "check") as stage:
+        write_check_overlays(stage.path, model.graph_def if model is not None else None,
+                             graph, art)
+    result["explorer"] = str(args.out)
 
 
 def _plan_json(job: Job) -> dict[str, Any]:
@@ -313,6 +352,9 @@ def _print(result: dict[str, Any], ui: Any) -> None:
     for key in ("cpu_tail", "host_lookup"):
         if result.get(key):
             ui.out(result[key]["text"])
+    if result.get("explorer"):
+        ui.out(f"Model Explorer node data in {result['explorer']}: rewrite explore "
+               f"{result['explorer']}")
 
 
 def _print_plan(plan: dict[str, Any] | None, ui: Any) -> None:

@@ -1,0 +1,200 @@
+"""Model Explorer node data (``OUT/explorer/``) and ``rewrite explore``.
+
+The job's node data is rebuilt with Model Explorer's own node-data classes, its node ids are
+checked against the ids Model Explorer's own adapters give the ``.tflite`` and the GraphDef, and
+``rewrite explore --no-open`` is loaded in headless Chromium, where the node data must be listed
+and the graph coloured. One job's output (the session's ``edgetpu_run``) serves every test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rewriter.errors import UserError
+from rewriter.report.explorer import COLOURS, MAY_NOT_MAP
+
+me = pytest.importorskip("model_explorer", reason="pip install 'rewriter[explore]'")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _manifest(out: Path) -> dict:
+    return json.loads((out / "explorer" / "explorer.json").read_text())
+
+
+def _overlays(out: Path, key: str) -> dict[str, dict]:
+    model = next(m for m in _manifest(out)["models"] if m["key"] == key)
+    return {Path(f).name.split(".")[1]: json.loads((out / f).read_text())
+            for f in model["node_data"]}
+
+
+def _rebuild(data: dict) -> dict:
+    """``data`` read back through model_explorer.node_data_builder's classes and written again."""
+    from model_explorer import node_data_builder as ndb
+
+    graphs = {}
+    for graph_id, g in data.items():
+        g = dict(g)
+        results = {k: ndb.NodeDataResult(**v) for k, v in g.pop("results").items()}
+        gradient = [ndb.GradientItem(**x) for x in g.pop("gradient", [])]
+        thresholds = [ndb.ThresholdItem(**x) for x in g.pop("thresholds", [])]
+        graphs[graph_id] = ndb.GraphNodeData(results=results, gradient=gradient,
+                                             thresholds=thresholds, **g)
+    return json.loads(ndb.ModelNodeData(graphsData=graphs).to_json_string())
+
+
+def test_node_data_is_what_model_explorers_builder_writes(edgetpu_run):
+    code, out = edgetpu_run
+    assert code == 0
+    files = [f for m in _manifest(out)["models"] for f in m["node_data"]]
+    names = {Path(f).name for f in files}
+    assert {"artifact.placement.json", "artifact.rule.json", "artifact.int8_added_error.json",
+            "artifact.int8_cosine.json", "rewritten_graph.rule.json"} <= names
+    for f in files:
+        data = json.loads((out / f).read_text())
+        assert _rebuild(data) == data, f
+        for g in data.values():
+            values = [r["value"] for r in g["results"].values()]
+            assert values, f
+            kinds = {type(v) for v in values}
+            assert kinds <= ({str} if g["showExpandedSummaryOnGroupNode"] else {int, float}), f
+            assert all(isinstance(v, str) or np.isfinite(v) for v in values)
+
+
+def test_node_ids_are_the_ones_model_explorers_adapters_give(edgetpu_run):
+    from model_explorer.builtin_graphdef_adapter import BuiltinGraphdefAdapter
+    from model_explorer.builtin_tflite_flatbuffer_adapter import BuiltinTfliteFlatbufferAdapter
+
+    _, out = edgetpu_run
+    report = json.loads((out / "report.json").read_text())
+    graphs = BuiltinTfliteFlatbufferAdapter().convert(str(out / "model.tflite"), {})
+    graph = graphs["graphCollections"][0].graphs[0]
+    labels = {n["id"]: n["label"] for n in graph["nodes"]}
+    ops = report["artifact_ops"]
+    over = _overlays(out, "artifact")
+    place = over["placement"][graph["id"]]["results"]
+    # every op of the file has a placement, on the node Model Explorer draws for that op
+    assert sorted(place, key=int) == [str(i) for i in range(len(ops))]
+    assert all(labels[i] == ops[int(i)].lower() for i in place)
+    # the sample's file: all 24 ops on the Edge TPU, the 6 RESHAPEs of the ELU ramps flagged
+    may = [i for i, r in place.items() if r["value"].startswith(MAY_NOT_MAP)]
+    assert len(ops) == 24 and len(may) == 6 and {labels[i] for i in may} == {"reshape"}
+    assert all(place[i]["bgColor"] == COLOURS[MAY_NOT_MAP] for i in may)
+    assert all(r["value"] == "accelerator" for i, r in place.items() if i not in may)
+    # the rule: elementwise_ramps made the 18 ops of the three ELUs (6 each), with its bound
+    rule = over["rule"][graph["id"]]["results"]
+    assert len(rule) == 18 and {labels[i] for i in rule} == {"reshape", "conv_2d", "relu", "add"}
+    bound = report["rules_applied"][0]["exactness"]
+    assert {r["value"] for r in rule.values()} == {f"elementwise_ramps ({bound})"}
+    # int8: each op carries its layer's added error; the worst layer's ops hold the maximum
+    layers = report["int8_layers"]["layers"]
+    added = over["int8_added_error"][graph["id"]]["results"]
+    worst = max(layers, key=lambda x: x["added"])
+    assert added[str(worst["first"])]["value"] == pytest.approx(worst["added"], abs=1e-6)
+    assert max(r["value"] for r in added.values()) == pytest.approx(worst["added"], abs=1e-6)
+    # the rewritten TF graph: ids are GraphDef node indices; each one the rule created
+    gd = BuiltinGraphdefAdapter().convert(str(out / "explorer" / "rewritten_graph.pb"), {})
+    names = {n["id"]: n["namespace"] for n in gd["graphCollections"][0].graphs[0]["nodes"]}
+    created = set(report["rules_applied"][0]["created"])
+    tf_rule = _overlays(out, "rewritten_graph")["rule"]["main"]["results"]
+    assert len(tf_rule) >= 30 and all(names[i] in created for i in tf_rule)
+
+
+# ----------------------------------------------------------------------------- the command
+def test_explore_without_the_extra_names_it(edgetpu_run, cli, monkeypatch):
+    from rewriter.commands import explore
+
+    monkeypatch.setattr(explore, "explorer_available", lambda: False)
+    code, out, err = cli("explore", edgetpu_run[1], "--no-open")
+    assert code == 2 and out == ""
+    assert err.strip().startswith("error: ") and "pip install 'rewriter[explore]'" in err
+
+
+def test_explore_refuses_what_is_not_a_job_output(tmp_path, cli):
+    code, _, err = cli("explore", tmp_path, "--no-open")
+    assert code == 2 and "no Model Explorer node data" in err
+
+
+def test_explore_binds_loopback_unless_host_is_given():
+    from rewriter.commands.explore import LOOPBACK, bind_host, refuse_remote
+
+    assert bind_host(None) == LOOPBACK == "127.0.0.1"
+    for host in ("0.0.0.0", "192.168.1.20", "::"):
+        with pytest.raises(UserError, match=f"pass --host {host}"):
+            refuse_remote(host, explicit=False)
+        refuse_remote(host, explicit=True)  # the user said so
+    refuse_remote("127.0.0.1", explicit=False)
+    refuse_remote("localhost", explicit=False)
+    with pytest.raises(UserError):
+        bind_host(" ")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _chromium_or_skip() -> str:
+    from tests.cdp import chromium
+
+    exe = chromium()
+    if exe is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium is not installed (CI must install the Debian package)")
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    return exe
+
+
+def test_explore_page_shows_the_node_data_in_headless_chromium(edgetpu_run, tmp_path):
+    from tests.cdp import Browser
+    from tests.test_report_html import decode_png
+
+    exe = _chromium_or_skip()
+    _, out = edgetpu_run
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    server = subprocess.Popen([sys.executable, "-m", "rewriter", "explore", str(out),
+                               "--no-open", "--port", str(port)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    browser = None
+    try:
+        url = ""
+        deadline = time.monotonic() + 60
+        while not url.startswith("http") and time.monotonic() < deadline:
+            url = server.stdout.readline().strip()
+            assert server.poll() is None or url, server.stderr.read()[-2000:]
+        assert url.startswith(f"http://127.0.0.1:{port}/?data="), url
+        browser = Browser(exe, tmp_path / "profile", 1200, 800)
+        browser.goto(url)
+        names = ["rule", "int8_added_error", "int8_cosine", "range_starved", "placement"]
+        panel = browser.wait_for(
+            "(document.body && document.body.innerText.includes('NODE DATA PROVIDERS') && "
+            "document.body.innerText.includes('placement')) ? document.body.innerText : ''",
+            timeout=60)
+        assert panel, browser.eval("document.body.innerText")[:2000]
+        listed = panel.split("NODE DATA PROVIDERS", 1)[1]
+        assert all(n in listed for n in names)
+        assert "accelerator (might not be mapped): RESHAPE" in panel  # the node data table
+        # expand every layer: the op nodes are drawn in their placement colour
+        browser.eval("[...document.querySelectorAll('*')].find(e => e.children.length === 0 "
+                     "&& e.textContent.trim() === 'unfold_more_double').closest('div,button')"
+                     ".click()")
+        time.sleep(1.5)
+        img = decode_png(browser.screenshot(tmp_path / "explore.png").read_bytes())
+        graph_area = img[60:, :820, :3].reshape(-1, 3)  # left of the side panel
+        green = np.array([0xa5, 0xd6, 0xa7])
+        assert np.sum(np.all(graph_area == green, axis=1)) > 500
+    finally:
+        if browser is not None:
+            browser.close()
+        server.terminate()
+        server.wait(timeout=20)
