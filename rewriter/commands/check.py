@@ -89,9 +89,9 @@ def validate(args: argparse.Namespace) -> None:
     """Target name and model path, checked before TensorFlow is imported."""
     from rewriter.commands._common import validate_model_path
     from rewriter.targets import load_target
-    from rewriter.targets.vela import configure
+    from rewriter.targets.vela import configure_from_args
 
-    configure(load_target(args.target, args.opset), args.system_config, args.memory_mode)
+    configure_from_args(load_target(args.target, args.opset), args)
     validate_model_path(args.model, artifact_ok=True)
 
 
@@ -103,9 +103,9 @@ def run(args: argparse.Namespace, ui: Any) -> int:
         from rewriter.targets.artifact import read_artifact
 
         target = load_target(args.target, read_artifact(args.model).opset)  # the file's opset
-    from rewriter.targets.vela import configure
+    from rewriter.targets.vela import configure_from_args
 
-    configure(target, args.system_config, args.memory_mode)
+    configure_from_args(target, args)
     quantize = target.resolve_quantize(args.quantize)
     result = check_model(args, target, quantize, ui)
     if ui.json_mode:

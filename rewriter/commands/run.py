@@ -12,6 +12,7 @@ as it was.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from rewriter.commands._common import (
@@ -44,10 +45,10 @@ def validate(args: argparse.Namespace) -> None:
     """Target name and paths, checked before TensorFlow is imported."""
     from rewriter.commands._common import validate_data_path, validate_model_path
     from rewriter.targets import load_target
-    from rewriter.targets.vela import configure
+    from rewriter.targets.vela import configure_from_args
 
     target = load_target(args.target, args.opset)
-    configure(target, args.system_config, args.memory_mode)
+    configure_from_args(target, args)
     target.resolve_quantize(args.quantize)  # e.g. 16x8 where the target runs 8-bit only
     for flag, value in (("--deploy", args.deploy), ("--sram", args.sram),
                         ("--flash", args.flash)):
@@ -78,10 +79,10 @@ def run(args: argparse.Namespace, ui: Any) -> int:
     from rewriter.job.options import job_options
     from rewriter.job.pipeline import run_job
     from rewriter.targets import load_target
-    from rewriter.targets.vela import configure
+    from rewriter.targets.vela import configure_from_args
 
     target = load_target(args.target, args.opset)
-    configure(target, args.system_config, args.memory_mode)
+    configure_from_args(target, args)
     pixel_map(args)  # bad pixel options stop the run before the model loads
     if args.epochs < 1:
         raise UserError("--epochs must be at least 1")
@@ -99,6 +100,8 @@ def run(args: argparse.Namespace, ui: Any) -> int:
         options = job_options(args, model)
         result = run_job(model, target, stage.path, options, progress=ui.step, bar=ui.bar)
         report, files = write_job_reports(stage, result)
+    for line in (report.get("memory") or {}).get("over_budget_lines") or []:
+        print(f"over budget: {line}", file=sys.stderr)  # also with --json and -q: the verdict
     if ui.json_mode:
         ui.json(report)
     else:

@@ -22,7 +22,7 @@ stated as Vela's, not measured.
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,10 @@ class Package:
     sram_budget: int | None = None
     flash_budget: int | None = None
     path: Path | None = None  # the deploy directory, when written (--deploy)
+    vela: dict[str, Any] | None = None  # Ethos-U: Vela's own memory figures (KiB) and settings
+    #: per budget overrun ("sram", "flash"): the largest tensors or weights and what would
+    #: reduce them (:func:`rewriter.export.micro_memory.advice`), set by :meth:`explain`
+    advice: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def overruns(self) -> list[str]:
         """One phrase per budget exceeded (the SRAM budget holds ``kTensorArenaSize``, margin
@@ -74,6 +78,27 @@ class Package:
                        "bytes over")
         return out
 
+    def explain(self, artifact: str | Path, target_name: str, optimise: str | None) -> None:
+        """Fill :attr:`advice` for each budget overrun, from the job's ``artifact``."""
+        from rewriter.export.micro_memory import advice
+
+        self.advice = {}
+        if self.sram_budget is not None and self.arena_size > self.sram_budget:
+            self.advice["sram"] = advice("sram", artifact, target_name, optimise)
+        if self.flash_budget is not None and self.model_bytes > self.flash_budget:
+            self.advice["flash"] = advice("flash", artifact, target_name, optimise)
+
+    def overrun_lines(self) -> list[str]:
+        """One line per budget exceeded: the overrun, the largest tensors or weights, and what
+        would reduce it (stderr, report.md and report.html)."""
+        out = []
+        for phrase in self.overruns():
+            a = self.advice.get("sram" if phrase.startswith("SRAM") else "flash")
+            out.append(phrase + ("" if a is None else
+                                 f"; {a['largest_text']}; would reduce it: "
+                                 + "; ".join(a["reduce"])))
+        return out
+
     @property
     def arena_size(self) -> int:
         """``kTensorArenaSize``: the measured arena plus :data:`ARENA_MARGIN`."""
@@ -87,6 +112,11 @@ class Package:
                      "margin_bytes": ARENA_MARGIN, "budget_bytes": self.sram_budget,
                      "source": self.arena_source},
             "over_budget": self.overruns()}
+        if self.vela is not None:
+            out["vela"] = self.vela
+        if self.advice:
+            out["advice"] = self.advice
+            out["over_budget_lines"] = self.overrun_lines()
         if self.path is not None:
             out["deploy"] = str(self.path)
         return out
@@ -247,15 +277,36 @@ def measure(target_name: str, artifact: Path, vela: Any) -> Package:
         sram = vela.csv.get("sram_memory_used")
         if sram in (None, ""):
             raise UserError("Vela's summary states no sram_memory_used: no arena figure")
-        mode = vela.csv.get("memory_mode") or "default"
-        return _package(vela.output_tflite, int(round(float(sram) * 1024)),
-                        f"Vela's sram_memory_used, memory mode {mode}; not measured in TFLite "
-                        "Micro: the host interpreter has no Ethos-U kernel")
+        used = {k: vela.csv.get(k) or None for k in ("system_config", "memory_mode",
+                                                     "weights_storage_area")}
+        settings = vela.settings.to_json() if vela.settings is not None else {}
+        pkg = _package(vela.output_tflite, int(round(float(sram) * 1024)),
+                       f"Vela's summary: sram_memory_used {float(sram):g} KiB (system config "
+                       f"{used['system_config']}, memory mode {used['memory_mode']}, optimise "
+                       f"{settings.get('optimise') or 'Performance'}); not measured in TFLite "
+                       "Micro: the host interpreter has no Ethos-U kernel")
+        pkg.vela = {"summary": {f"{k}_{unit}": _float(vela.csv.get(k))
+                                for k, unit in VELA_MEMORY.items()},
+                    "used": used, "settings": settings, "command": " ".join(vela.command)}
+        return pkg
     from rewriter.verify.tflm import smallest_arena
 
     return _package(artifact, smallest_arena(artifact),
                     "smallest arena TFLite Micro's interpreter allocates and runs the file in, "
                     "bisected on a 64-bit host")
+
+
+#: Vela's summary CSV memory columns recorded in ``memory.vela``, with Vela's units.
+VELA_MEMORY = {"sram_memory_used": "kib", "on_chip_flash_memory_used": "kib",
+               "off_chip_flash_memory_used": "kib", "total_original_weights": "bytes",
+               "total_npu_encoded_weights": "bytes"}
+
+
+def _float(v: Any) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
 
 
 def _package(model_file: str | Path, arena_bytes: int, source: str) -> Package:

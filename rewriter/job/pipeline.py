@@ -134,6 +134,9 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
                               verdict.vela if verdict else None)
         package.sram_budget = round(opts.sram_kb * 1024) if opts.sram_kb else None
         package.flash_budget = round(opts.flash_kb * 1024) if opts.flash_kb else None
+        settings = getattr(target, "vela_settings", None)
+        package.explain(attempt.deployment.exported.path, target.name,
+                        settings.optimise if settings is not None else None)
         if opts.deploy:
             with steps("deploy", "writing the TFLite Micro package"):
                 write_package(package, outdir)

@@ -353,7 +353,7 @@ def vela_stage(verdict: ArtifactVerdict, target: Target, path: str | Path,
     if not target.vela_config:
         return verdict
     vela = run_vela(str(path), target.vela_config, outdir, system_config=target.system_config,
-                    memory_mode=target.memory_mode)
+                    memory_mode=target.memory_mode, settings=target.vela_settings)
     cost = estimate(vela, path, [r.name for r in all_rules()] + ["grouped_conv_split"])
     return ArtifactVerdict(verdict.check, vela, reconcile(verdict.check, vela), cost)
 

@@ -301,6 +301,9 @@ def render_markdown(r: dict[str, Any]) -> str:
         lines += ["", "## First divergence (intermediate tensors)", "", div["summary"] + "."]
     lines += _placement_md(r)
     lines += _vela_md(r.get("vela"))
+    from rewriter.report import memory
+
+    lines += memory.markdown(r.get("memory"))
     lines += _edgetpu_md(r.get("edgetpu_estimate"))
     if r.get("versus_plain"):
         from rewriter.targets.cost import versus_lines

@@ -452,12 +452,14 @@ def render_html(report: Mapping[str, Any], extras: Mapping[str, Any] | None = No
     head = [f"<h1>{_e(title)}</h1>"]
     if ok is not None:
         head.append(f"<p>{_badge(bool(ok))} {_e(report.get('summary', ''))}</p>")
+    from rewriter.report import memory
     from rewriter.report.int8 import html_section
 
     body = "".join(head + [_data(report), _equivalence(report, plots),
                            html_section(report.get("int8_layers"), _table), _divergence(plots),
                            _per_rule(plots),
                            _op_tables(report), _rules(report), _vela(report),
+                           memory.html(report.get("memory"), _table),
                            _artifact_and_timings(report), _notes(report)])
     return ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width"><title>{_e(title)}</title>'

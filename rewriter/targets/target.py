@@ -51,6 +51,8 @@ class Target:
         #: Vela's --system-config and --memory-mode (None: Vela's defaults); set by the CLI.
         self.system_config: str | None = None
         self.memory_mode: str | None = None
+        #: Every Vela setting the user gave (rewriter.targets.vela.VelaSettings); set by the CLI.
+        self.vela_settings: Any = None
         self.unsupported_note: str | None = data.get("unsupported_note")
         self.ops_label: str = data.get("ops_label", "ops the target supports")
         #: The interpreter the exported .tflite is run in to prove it (ONNX: ONNX Runtime).

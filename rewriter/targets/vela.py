@@ -31,6 +31,40 @@ _WARN = re.compile(r"Warning \(supported operators\) operator:\s*(None|[A-Z0-9_]
 _REASON = re.compile(r"^\s*Reason:\s*(.+?)\s*$")
 
 
+#: ``--optimise``: Vela's strategies (Vela's default: Performance).
+OPTIMISE = ("Performance", "Size")
+
+
+@dataclass
+class VelaSettings:
+    """How the user configures Vela beyond the accelerator: ``--system-config``,
+    ``--memory-mode``, ``--optimise``, ``--arena-cache-size`` (bytes) and their own
+    ``vela.ini`` (``--vela-config``, Vela's ``--config``). None: Vela's default."""
+
+    system_config: str | None = None
+    memory_mode: str | None = None
+    optimise: str | None = None
+    arena_cache_size: int | None = None
+    config_file: str | None = None
+
+    def args(self) -> list[str]:
+        """Vela's arguments for these settings."""
+        out: list[str] = []
+        for flag, value in (("--config", self.config_file),
+                            ("--system-config", self.system_config),
+                            ("--memory-mode", self.memory_mode), ("--optimise", self.optimise),
+                            ("--arena-cache-size", self.arena_cache_size)):
+            if value is not None:
+                out += [flag, str(value)]
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """What was asked for (None: Vela's default; the summary CSV names what Vela used)."""
+        return {"system_config": self.system_config, "memory_mode": self.memory_mode,
+                "optimise": self.optimise, "arena_cache_size": self.arena_cache_size,
+                "config_file": self.config_file}
+
+
 @dataclass
 class CpuOp:
     """One op Vela left on the CPU, with its reasons (Vela's words)."""
@@ -56,6 +90,8 @@ class VelaResult:
     output_tflite: str | None = None
     stdout: str = ""
     layers: list[Any] = field(default_factory=list)  # rewriter.targets.cost.LayerCost rows
+    settings: VelaSettings | None = None  # what the user configured Vela with
+    command: list[str] = field(default_factory=list)  # Vela's arguments (file names only)
 
     @property
     def inference_time(self) -> float | None:
@@ -76,7 +112,8 @@ class VelaResult:
                 "npu_ops": self.npu_ops, "cpu_ops": self.cpu_ops,
                 "cpu_reasons": [c.to_json() for c in self.cpu_reasons],
                 "summary": {k: self.csv[k] for k in keys if k in self.csv},
-                "vela_seconds": round(self.time, 2)}
+                "settings": (self.settings or VelaSettings()).to_json(),
+                "command": " ".join(self.command), "vela_seconds": round(self.time, 2)}
 
 
 #: Vela's summary CSV columns the reports show: label and unit (Vela writes SRAM/flash in KiB,
@@ -170,12 +207,13 @@ def parse_summary_csv(path: Path) -> dict[str, str]:
 
 def run_vela(tflite_path: str | Path, config: str, outdir: str | Path | None = None,
              extra_args: list[str] | None = None, system_config: str | None = None,
-             memory_mode: str | None = None) -> VelaResult:
+             memory_mode: str | None = None, settings: VelaSettings | None = None) -> VelaResult:
     """Compile ``tflite_path`` for ``config`` (e.g. ``ethos-u55-128``) and parse the result.
 
-    ``system_config`` and ``memory_mode`` are passed to Vela (``--system-config``,
-    ``--memory-mode``; None: Vela's defaults, which its summary CSV names). Vela runs with
-    ``--verbose-performance``: its per-layer CSV becomes ``layers``.
+    ``settings`` (the user's :class:`VelaSettings`; or ``system_config`` and ``memory_mode``
+    alone) are passed to Vela (None: Vela's defaults, which its summary CSV names); the result
+    records them and the arguments Vela ran with. Vela runs with ``--verbose-performance``: its
+    per-layer CSV becomes ``layers``.
     ``outdir`` receives ``<net>_vela.tflite`` and the CSVs (a temp dir when None).
     Raises :class:`UserError` when Vela fails on the file.
     """
@@ -184,13 +222,14 @@ def run_vela(tflite_path: str | Path, config: str, outdir: str | Path | None = N
     src = Path(tflite_path)
     if not src.is_file():
         raise UserError(f"no such file: {src}")
+    if settings is None:
+        settings = VelaSettings(system_config, memory_mode)
     with tempfile.TemporaryDirectory(prefix="vela_") as tmp:
         out = Path(outdir) if outdir is not None else Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
-        cmd = [*VELA, str(src.resolve()), "--accelerator-config", config,
-               "--output-dir", str(out.resolve()), "--verbose-performance",
-               *(["--system-config", system_config] if system_config else []),
-               *(["--memory-mode", memory_mode] if memory_mode else []), *(extra_args or [])]
+        args = ["--accelerator-config", config, *settings.args(), *(extra_args or [])]
+        cmd = [*VELA, str(src.resolve()), *args, "--output-dir", str(out.resolve()),
+               "--verbose-performance"]
         start = time.perf_counter()
         proc = child.run(cmd, timeout=TIMEOUT_S, cwd=tmp)
         if proc.timed_out:
@@ -208,7 +247,8 @@ def run_vela(tflite_path: str | Path, config: str, outdir: str | Path | None = N
         layers = parse_per_layer_csv(per_layer) if per_layer.exists() else []
         return VelaResult(config, npu, cpu, reasons, summary, elapsed,
                           str(compiled) if outdir is not None and compiled.exists() else None,
-                          _without_tables(text), layers)
+                          _without_tables(text), layers, settings,
+                          ["vela", src.name, *args])
 
 
 def _without_tables(text: str) -> str:
@@ -258,43 +298,104 @@ def supported_ops_report() -> dict[str, list[str]]:
         return parse_supported_ops(report.read_text())
 
 
-def vela_ini_sections() -> dict[str, list[str]]:
-    """The system configs and memory modes of the Vela configuration file Vela uses by default
-    (``ethosu/config_files/Arm/vela.ini``): ``{"System_Config": [...], "Memory_Mode": [...]}``;
-    empty lists when Vela is not installed."""
+def vela_ini_sections(path: str | Path | None = None) -> dict[str, list[str]]:
+    """The system configs and memory modes of a Vela configuration file: ``path`` (a user's
+    ``vela.ini``) or the one Vela uses by default (``ethosu/config_files/Arm/vela.ini``):
+    ``{"System_Config": [...], "Memory_Mode": [...]}``; empty lists when Vela is not installed.
+    A user's file that cannot be read or parsed is a :class:`UserError`."""
+    import configparser
     import importlib.util
 
     out: dict[str, list[str]] = {"System_Config": [], "Memory_Mode": []}
-    spec = importlib.util.find_spec("ethosu")
-    if spec is None or not spec.submodule_search_locations:
-        return out
-    ini = Path(list(spec.submodule_search_locations)[0]) / "config_files" / "Arm" / "vela.ini"
-    if ini.is_file():
-        for m in re.finditer(r"^\[(System_Config|Memory_Mode)\.([^\]]+)\]", ini.read_text(), re.M):
-            out[m.group(1)].append(m.group(2))
+    if path is None:
+        spec = importlib.util.find_spec("ethosu")
+        if spec is None or not spec.submodule_search_locations:
+            return out
+        ini = Path(list(spec.submodule_search_locations)[0]) / "config_files" / "Arm" / "vela.ini"
+        if not ini.is_file():
+            return out
+    else:
+        ini = Path(path)
+    parser = configparser.ConfigParser()
+    try:
+        parser.read_string(ini.read_text(), str(ini))
+    except (OSError, UnicodeDecodeError, configparser.Error) as e:
+        raise UserError(f"--vela-config {ini}: not a Vela configuration file "
+                        f"({type(e).__name__}: {str(e).splitlines()[0]})") from None
+    for section in parser.sections():
+        kind, _, name = section.partition(".")
+        if kind in out and name:
+            out[kind].append(name)
     return out
 
 
-def configure(target: Any, system_config: str | None, memory_mode: str | None) -> None:
-    """Set the target's Vela ``--system-config``/``--memory-mode``; :class:`UserError` naming
-    the choices when Vela's configuration file has no such section, or the target is no
-    Ethos-U."""
-    if not system_config and not memory_mode:
+def configure(target: Any, system_config: str | None, memory_mode: str | None,
+              optimise: str | None = None, arena_cache_size: int | None = None,
+              config_file: str | None = None) -> None:
+    """Set the target's Vela settings (:class:`VelaSettings`, passed through to Vela and
+    recorded); a :class:`UserError` naming the choices when the configuration file (the user's
+    ``config_file``, else Vela's own) has no such section, for a bad value, or when the target is
+    no Ethos-U.
+
+    Vela takes a user's configuration file only with a system config and memory mode named:
+    when the file has exactly one of either, that one is taken."""
+    target.vela_settings = VelaSettings()
+    asked = [f for f, v in (("--system-config", system_config), ("--memory-mode", memory_mode),
+                            ("--optimise", optimise), ("--arena-cache-size", arena_cache_size),
+                            ("--vela-config", config_file)) if v is not None]
+    if not asked:
         return
     if not target.vela_config:
-        raise UserError(f"--system-config/--memory-mode apply to Ethos-U targets (Vela); "
-                        f"{target.name} has no Vela")
-    known = vela_ini_sections()
+        raise UserError(f"{'/'.join(asked)} apply to Ethos-U targets (Vela); "
+                        f"{target.name} has no Vela: drop {asked[0]}")
+    if optimise is not None and optimise not in OPTIMISE:
+        raise UserError(f"--optimise {optimise}: Vela's strategies are {' and '.join(OPTIMISE)}")
+    if arena_cache_size is not None and arena_cache_size <= 0:
+        raise UserError(f"--arena-cache-size {arena_cache_size}: give a positive number of bytes")
+    if config_file is not None:
+        path = Path(config_file)
+        if not path.is_file():
+            raise UserError(f"--vela-config {config_file}: no such file")
+        if path.suffix != ".ini":
+            raise UserError(f"--vela-config {config_file}: Vela reads configuration files named "
+                            "*.ini only; rename it")
+        config_file = str(path.resolve())
+    known = vela_ini_sections(config_file)
+    where = f"{Path(config_file).name}" if config_file else "Vela's vela.ini"
+    chosen: dict[str, str | None] = {}
     for value, key, flag in ((system_config, "System_Config", "--system-config"),
                              (memory_mode, "Memory_Mode", "--memory-mode")):
-        if value and known[key] and value not in known[key]:
-            raise UserError(f"{flag} {value}: not in Vela's vela.ini; choose one of "
-                            f"{', '.join(known[key])}")
-    target.system_config, target.memory_mode = system_config, memory_mode
+        if value is None and config_file is not None:
+            if len(known[key]) != 1:
+                raise UserError(f"--vela-config {config_file}: name one of its {key} sections "
+                                f"with {flag} (it has: {', '.join(known[key]) or 'none'})")
+            value = known[key][0]
+        if value and (known[key] or config_file) and value not in known[key]:
+            raise UserError(f"{flag} {value}: not in {where}; choose one of "
+                            f"{', '.join(known[key]) or '(none: the file has no ' + key + ')'}")
+        chosen[key] = value
+    target.system_config, target.memory_mode = chosen["System_Config"], chosen["Memory_Mode"]
+    target.vela_settings = VelaSettings(target.system_config, target.memory_mode, optimise,
+                                        arena_cache_size, config_file)
+
+
+def configure_from_args(target: Any, args: Any) -> None:
+    """:func:`configure` with a command's parsed arguments (:func:`add_arguments`)."""
+    configure(target, args.system_config, args.memory_mode, getattr(args, "optimise", None),
+              getattr(args, "arena_cache_size", None), getattr(args, "vela_config", None))
+
+
+def _bytes(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of bytes") from None
 
 
 def add_arguments(parser: Any) -> None:
-    """``--system-config`` and ``--memory-mode``, passed through to Vela."""
+    """Vela's settings (:class:`VelaSettings`), passed through to Vela and recorded."""
     g = parser.add_argument_group("Ethos-U (Vela)")
     g.add_argument("--system-config", metavar="NAME",
                    help="Vela system configuration (vela.ini), e.g. Ethos_U55_Deep_Embedded; "
@@ -302,6 +403,13 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--memory-mode", metavar="NAME",
                    help="Vela memory mode (vela.ini), e.g. Sram_Only, Shared_Sram, "
                         "Dedicated_Sram; default Vela's")
+    g.add_argument("--optimise", choices=OPTIMISE,
+                   help="Vela's strategy: Performance (Vela's default) or Size (less SRAM)")
+    g.add_argument("--arena-cache-size", type=_bytes, metavar="BYTES",
+                   help="Vela's arena cache size in bytes (overrides the memory mode's)")
+    g.add_argument("--vela-config", metavar="FILE.ini",
+                   help="your own Vela configuration file; --system-config/--memory-mode name "
+                        "its sections (default: the file's only one)")
 
 
 def vela_version() -> str:
