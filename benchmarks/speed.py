@@ -3,7 +3,7 @@
     PYTHONPATH=. python benchmarks/speed.py [--models grouped_conv_stack,RegNetX002,ConvNeXtTiny]
         [--size 96] [--configs ethos-u55-128,ethos-u65-256]
         [--system-configs ethos-u55-128:Ethos_U55_High_End_Embedded,...]
-        [--workdir /tmp/rewriter_speed]
+        [--workdir /tmp/rewriter_speed] [--onnx2tf /work/venv-onnx2tf/bin/onnx2tf]
 
 One command. Per model (``benchmarks/zoo_build.py`` cases, plus ``grouped_conv_stack``: a Keras 3
 stack of four ``Conv2D(32, 3, groups=4)`` on 32x32x32, built here): the plain TFLite converter
@@ -91,6 +91,32 @@ def plain(case: Path) -> dict[str, Any]:
     return json.loads(lines[-1]) if lines else {"ok": False, "error": proc.stderr[-300:]}
 
 
+def onnx2tf(case: Path, exe: str) -> dict[str, Any]:
+    """onnx2tf (benchmarks/zoo.py's way: tf2onnx's file, then onnx2tf's full-int8 command line
+    with our calibration data, its default backend then ``-tb tf_converter``); kept in
+    ``case/onnx2tf/result.json``."""
+    from benchmarks import zoo
+
+    out = case / "onnx2tf"
+    done = out / "result.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "zoo_tools.py"),
+                           "plain-onnx", str(case), str(out / "plain.onnx")], capture_output=True,
+                          text=True, env={**_env(), "ZOO_QUIET": "1"})
+    lines = proc.stdout.strip().splitlines()
+    exported = json.loads(lines[-1]) if lines else {"ok": False, "error": proc.stderr[-300:]}
+    if not exported.get("ok"):
+        res = {"ok": False, "error": f"tf2onnx: {exported.get('error')}"}
+    else:
+        run = zoo._onnx2tf(exe, case, out, exported, _env())
+        res = ({"ok": True, "path": run["file"], "backend": run["backend"]} if run["file"] else
+               {"ok": False, "error": "onnx2tf: " + "; ".join(run.get("errors") or ["failed"])})
+    done.write_text(json.dumps(res) + "\n")
+    return res
+
+
 def job(case: Path, target: str) -> dict[str, Any]:
     info = json.loads((case / "case.json").read_text())
     out = case / f"job_{target}"
@@ -141,20 +167,26 @@ def render(rows: list[dict[str, Any]]) -> str:
              "| job: NPU/CPU ops | job: NPU + host ms | NPU ratio | total ratio | goal "
              "| job rules |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    if any(r.get("onnx2tf") is not None for r in rows):
+        head = lines[-2].split(" | job: NPU/CPU ops")
+        lines[-2] = head[0] + " | onnx2tf: NPU/CPU ops | onnx2tf: NPU + host ms | job: NPU/CPU ops" + head[1]
+        lines[-1] += "---|---|"
     for r in rows:
         p, j = r.get("plain") or {}, r.get("job") or {}
 
         def cell(d: dict[str, Any]) -> tuple[str, str]:
             if d.get("npu_ms") is None:
-                return "n/a", d.get("error", "n/a")
+                return "n/a", str(d.get("error", "n/a")).replace("|", "/")[:120]
             return (f"{d['npu_ops']} / {d['cpu_ops']}",
                     f"{d['npu_ms']:.3f} + {d['host_ms']:.3f} = {d['total_ms']:.3f}")
         pc, jc = cell(p), cell(j)
+        o = r.get("onnx2tf")
+        oc = " | ".join(cell(o)) + " | " if o is not None else ""
         ratio = (f"{j['npu_ms'] / p['npu_ms']:.2f}" if p.get("npu_ms") and j.get("npu_ms")
                  else "n/a")
         total = (f"{j['total_ms'] / p['total_ms']:.2f}" if p.get("total_ms") and j.get("total_ms")
                  else "n/a")
-        lines.append(f"| {r['model']} | {r['config']} | {r['system']} | {pc[0]} | {pc[1]} | "
+        lines.append(f"| {r['model']} | {r['config']} | {r['system']} | {pc[0]} | {pc[1]} | {oc}"
                      f"{jc[0]} | {jc[1]} | {ratio} | {total} | {goal(p, j)} | "
                      f"{', '.join(r['rules']) or '-'} |")
     return "\n".join(lines) + "\n"
@@ -179,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="CONFIG:SYSTEM,... (default: Vela's default per family)")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/rewriter_speed"))
     ap.add_argument("--out", type=Path, default=OUT / "speed")
+    ap.add_argument("--onnx2tf", default="",
+                    help="onnx2tf's executable: add its full-int8 file (benchmarks/zoo.py's way)")
     args = ap.parse_args(argv)
     systems = dict(item.split(":", 1) for item in args.system_configs.split(",") if item)
     rows: list[dict[str, Any]] = []
@@ -194,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         base = plain(case)
         art = job(case, "ethos-u55-128")
+        other = onnx2tf(case, args.onnx2tf) if args.onnx2tf else None
         print(f"{name}: plain {base.get('ok')}, job {art.get('ok')} {art.get('rules')}",
               flush=True)
         for config in configs:
@@ -203,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
                    "job_seconds": art.get("seconds")}
             row["plain"] = judge(base["path"], config, system) if base.get("ok") else base
             row["job"] = judge(art["path"], config, system) if art.get("path") else art
+            if other is not None:
+                row["onnx2tf"] = (judge(other["path"], config, system) if other.get("ok")
+                                  else other)
             rows.append(row)
             print(f"  {config} {system}: plain {row['plain'].get('npu_ms')} + "
                   f"{row['plain'].get('host_ms')} ms, job {row['job'].get('npu_ms')} + "
