@@ -88,7 +88,17 @@ def plain(case: Path) -> dict[str, Any]:
                            "plain-tflite", str(case), str(out)], capture_output=True, text=True,
                           env={**_env(), "ZOO_QUIET": "1"})
     lines = proc.stdout.strip().splitlines()
-    return json.loads(lines[-1]) if lines else {"ok": False, "error": proc.stderr[-300:]}
+    return json.loads(lines[-1]) if lines else {"ok": False, "error": _failure(proc)}
+
+
+def _failure(proc: subprocess.CompletedProcess[str]) -> str:
+    """A dead converter in a few words: the signal, or its last error line."""
+    if proc.returncode < 0:
+        import signal
+
+        return f"died with {signal.Signals(-proc.returncode).name}"
+    errors = [ln.strip() for ln in proc.stderr.splitlines() if "Error" in ln]
+    return (errors or [f"exit {proc.returncode}"])[-1][:200]
 
 
 def onnx2tf(case: Path, exe: str) -> dict[str, Any]:
