@@ -112,7 +112,7 @@ def test_the_job_report_puts_the_plain_converters_file_beside_the_artifact(tmp_p
     from rewriter.testing import conv_bn_elu_chain
 
     job = run_job(conv_bn_elu_chain(1, size=16), load_target("ethos-u55-128"), tmp_path,
-                  JobOptions(samples=8)).job
+                  JobOptions(samples=8, versus_plain=True)).job
     cmp = build_report(job)["versus_plain"]
     mine, plain = cmp["job"], cmp["plain"]
     assert plain["cpu_ops"] >= 1 and plain["host_ms"] > 0

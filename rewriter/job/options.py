@@ -47,6 +47,7 @@ class JobOptions:
     input_ranges: dict[str, tuple[float, float]] = field(default_factory=dict)  # synthetic data
     pixels: Any = None  # verify.data.PixelMap for image directories (--pixel-range/--pixel-norm)
     run_vela: bool = True
+    versus_plain: bool = False  # export the plain file too, for the report's latency comparison
     check_each_rule: bool = False  # compare outputs after every rule (names a breaking rule)
     divergence_samples: int = 2  # samples for the intermediate-tensor comparison
     recover: bool = False  # fine-tune by distillation after export (rewriter.tune.recover)
@@ -137,6 +138,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--check-each-rule", "check_each_rule", "compare outputs after every applied rule; "
            "a mismatch names the rule and the node", kind="flag"),
     Option("--no-vela", "run_vela", "do not run Vela for Ethos-U", kind="flag"),
+    Option("--versus-plain", "versus_plain", "Ethos-U, Edge TPU: also export the original "
+           "model with the plain converter and put its estimated latency beside the artifact's "
+           "(report versus_plain; one more export and Vela run; rewrite check always shows it)",
+           kind="flag"),
     Option("--deploy", "deploy", "tflm and ethos-u* targets: write OUT/deploy/, a TFLite "
            "Micro package (the model as a C array, its op resolver, the arena size measured "
            "in TFLite Micro)", kind="flag"),
@@ -243,6 +248,7 @@ def job_options(args: argparse.Namespace, model: Model) -> JobOptions:
         int8_io=False if args.float_io else None,
         input_ranges=parse_ranges(args.input_range, model.inputs),
         pixels=pixel_map_from_args(args.pixel_range, args.pixel_norm),
-        run_vela=not args.no_vela, check_each_rule=args.check_each_rule,
+        run_vela=not args.no_vela, versus_plain=args.versus_plain,
+        check_each_rule=args.check_each_rule,
         recover=args.recover, qat=args.qat, epochs=args.epochs, seed=args.seed,
         deploy=args.deploy, sram_kb=args.sram, flash_kb=args.flash)

@@ -142,7 +142,7 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
                 write_package(package, outdir)
     job = Job(model, target, quantize, before, data, attempt, retry, steps.timings, recovery,
               package)
-    if until == "all":
+    if until == "all" and opts.versus_plain:
         job.versus_plain = versus_plain(model, target, quantize, attempt, data, opts, steps)
     files = {}
     if attempt.saved_model is not None:
