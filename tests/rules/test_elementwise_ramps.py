@@ -200,29 +200,28 @@ def _worst(fit, fn) -> float:
         return float(np.max(np.abs(fit(x) - fn.f(x))))
 
 
-def test_log_mel_fit_reaches_zero_and_its_bound_holds_over_its_range():
+def test_log_mel_fit_is_bounded_over_its_range_where_log_is_steep():
     """log(x + 1e-6) on the mel power range of the audio family's 24 calibration clips
     ([4.4e-4, 2224], median 0.13). The uniform grid's first step spanned [3e-4, 0.3], where
     log falls by 7: the fit stated 3.69 and was off by 3.86 (rewritten TF graph cosine 0.976
-    on held-back clips). Refined where steep, and fitted down to 0 (an int8 mel power below
-    half a step, 4.4, is 0): measured 0.0111 within the stated bound, about a quarter of an
-    int8 step of the output's 21.6 spread."""
+    on held-back clips). Refined where steep: measured 0.0111 within the stated bound, about a
+    quarter of an int8 step of the output's spread; the margin below stops short of the
+    domain edge -1e-6 (at 3.3e-4)."""
     from rewriter.rules._unary import UnaryFunction, fit_ramps
 
     fn = UnaryFunction("log", lambda x: np.log(x + 1e-6), None, None)
     fit = fit_ramps(fn, 4.365e-4, 2224.1)
-    assert fit.fit_range[0] == 0.0 and fit.fit_range[1] >= 2224.1 * 1.05
+    assert 3e-4 < fit.fit_range[0] < 4e-4 and fit.fit_range[1] >= 2224.1 * 1.05
     assert fit.segments <= 64
     worst = _worst(fit, fn)
     assert worst <= fit.max_abs_error < 0.02
     assert worst > 0.005  # approximate, and measured so
-    assert abs(fit(np.array([0.0]))[0] - np.log(1e-6)) <= fit.max_abs_error
 
 
 def test_reciprocal_over_four_decades_is_bounded_where_it_is_steep():
     """1/y on [0.01, 100] (a divisor spanning four decades): stated 43.9 and measured 45.9
     before the grid was refined; now measured 0.0986 within the stated 0.0987 (1/y spans 200
-    on the fitted range [0.005, 110]). 1/y is not finite at 0, so the range is not extended."""
+    on the fitted range [0.005, 110])."""
     from rewriter.rules._unary import UnaryFunction, fit_ramps
 
     fn = UnaryFunction("1/y", lambda v: 1.0 / v, 0.0, 0.0, (0.0, np.inf), (0.0,))
@@ -233,8 +232,8 @@ def test_reciprocal_over_four_decades_is_bounded_where_it_is_steep():
     assert worst > 0.05
 
 
-def test_a_range_far_from_zero_is_not_extended_to_zero():
-    """sigmoid on [2, 5]: an int8 input never comes near 0, the margin is the usual 10%."""
+def test_a_smooth_function_keeps_its_bound_and_the_usual_margin():
+    """sigmoid on [2, 5]: the margin is 10% each side, the bound holds on 400k points."""
     from rewriter.rules._unary import UnaryFunction, fit_ramps
 
     fn = UnaryFunction("sigmoid", lambda x: 1 / (1 + np.exp(-x)), None, None)
