@@ -18,8 +18,9 @@ def _json(out: str) -> dict:
     return json.loads(out)
 
 
-def test_check_json_on_edgetpu_names_elu_with_reason_and_cut(cli, samples):
-    code, out, _ = cli("check", samples["keras"], "--target", "edgetpu", "--json", "-q")
+def test_check_json_on_edgetpu_names_elu_with_reason_and_cut(cli, samples, tmp_path):
+    code, out, _ = cli("check", samples["keras"], "--target", "edgetpu", "--json", "-q",
+                       "-o", tmp_path / "ex")
     assert code == 1
     res = _json(out)
     assert res["target"] == "edgetpu" and res["ok"] is False and res["level"] == "artifact"
@@ -29,6 +30,14 @@ def test_check_json_on_edgetpu_names_elu_with_reason_and_cut(cli, samples):
     assert res["cut"]["mapped_before"] >= 1 and res["cut"]["cpu_after"] > 0
     graph_elu = next(u for u in res["graph"]["unsupported"] if u["op"] == "Elu")
     assert graph_elu["target_op"] == "ELU"
+    _check_explorer_files(tmp_path / "ex", res)
+
+
+def _check_explorer_files(out, res: dict) -> None:
+    """`check -o`: Model Explorer node data on the plain converter's file and the TF graph."""
+    from tests.test_explore import check_overlays
+
+    check_overlays(out, res)
 
 
 def test_check_on_ethos_u_runs_vela_and_agrees_with_the_table(cli, samples):

@@ -22,7 +22,6 @@ import pytest
 from rewriter.errors import UserError
 from rewriter.report.explorer import COLOURS, MAY_NOT_MAP
 
-me = pytest.importorskip("model_explorer", reason="pip install 'rewriter[explore]'")
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -38,7 +37,8 @@ def _overlays(out: Path, key: str) -> dict[str, dict]:
 
 def _rebuild(data: dict) -> dict:
     """``data`` read back through model_explorer.node_data_builder's classes and written again."""
-    from model_explorer import node_data_builder as ndb
+    ndb = pytest.importorskip("model_explorer.node_data_builder",
+                              reason="pip install 'rewriter[explore]'")
 
     graphs = {}
     for graph_id, g in data.items():
@@ -69,14 +69,25 @@ def test_node_data_is_what_model_explorers_builder_writes(edgetpu_run):
             assert all(isinstance(v, str) or np.isfinite(v) for v in values)
 
 
-def test_node_ids_are_the_ones_model_explorers_adapters_give(edgetpu_run):
-    from model_explorer.builtin_graphdef_adapter import BuiltinGraphdefAdapter
+def _tflite_graph(path: Path) -> dict:
+    pytest.importorskip("model_explorer", reason="pip install 'rewriter[explore]'")
     from model_explorer.builtin_tflite_flatbuffer_adapter import BuiltinTfliteFlatbufferAdapter
 
+    return BuiltinTfliteFlatbufferAdapter().convert(str(path), {})["graphCollections"][0].graphs[0]
+
+
+def _graphdef_names(path: Path) -> dict[str, str]:
+    pytest.importorskip("model_explorer", reason="pip install 'rewriter[explore]'")
+    from model_explorer.builtin_graphdef_adapter import BuiltinGraphdefAdapter
+
+    gd = BuiltinGraphdefAdapter().convert(str(path), {})
+    return {n["id"]: n["namespace"] for n in gd["graphCollections"][0].graphs[0]["nodes"]}
+
+
+def test_node_ids_are_the_ones_model_explorers_adapters_give(edgetpu_run):
     _, out = edgetpu_run
     report = json.loads((out / "report.json").read_text())
-    graphs = BuiltinTfliteFlatbufferAdapter().convert(str(out / "model.tflite"), {})
-    graph = graphs["graphCollections"][0].graphs[0]
+    graph = _tflite_graph(out / "model.tflite")
     labels = {n["id"]: n["label"] for n in graph["nodes"]}
     ops = report["artifact_ops"]
     over = _overlays(out, "artifact")
@@ -101,11 +112,43 @@ def test_node_ids_are_the_ones_model_explorers_adapters_give(edgetpu_run):
     assert added[str(worst["first"])]["value"] == pytest.approx(worst["added"], abs=1e-6)
     assert max(r["value"] for r in added.values()) == pytest.approx(worst["added"], abs=1e-6)
     # the rewritten TF graph: ids are GraphDef node indices; each one the rule created
-    gd = BuiltinGraphdefAdapter().convert(str(out / "explorer" / "rewritten_graph.pb"), {})
-    names = {n["id"]: n["namespace"] for n in gd["graphCollections"][0].graphs[0]["nodes"]}
+    names = _graphdef_names(out / "explorer" / "rewritten_graph.pb")
     created = set(report["rules_applied"][0]["created"])
     tf_rule = _overlays(out, "rewritten_graph")["rule"]["main"]["results"]
     assert len(tf_rule) >= 30 and all(names[i] in created for i in tf_rule)
+
+
+def test_the_reports_say_how_to_open_it(edgetpu_run):
+    _, out = edgetpu_run
+    ex = json.loads((out / "report.json").read_text())["explorer"]
+    assert ex["open"] == f"rewrite explore {out}"
+    assert ex["models"]["model.tflite"][-1] == "placement"
+    assert f"<code>rewrite explore {out}</code>" in (out / "report.html").read_text()
+    assert f"`rewrite explore {out}`" in (out / "report.md").read_text()
+
+
+def check_overlays(out: Path, res: dict) -> None:
+    """``rewrite check MODEL --target edgetpu -o OUT`` on the sample (``res``: its --json):
+    the plain converter's file with each op's placement (the cut at the first DEQUANTIZE of
+    ELU's float island) and the fixing rule; the TF graph's Elu nodes with theirs."""
+    assert res["explorer"] == str(out)
+    conv = _overlays(out, "converted")
+    place = conv["placement"]["main"]["results"]
+    cut = res["cut"]
+    assert len(place) == cut["mapped_before"] + cut["cpu_after"]
+    assert place["0"]["value"] == "accelerator"
+    assert all(r["value"].startswith(("host (unsupported)", "host (after the cut)"))
+               for i, r in place.items() if i != "0")
+    fixes = conv["fix"]["main"]["results"]
+    assert len(fixes) == sum(u["count"] for u in res["unsupported"])
+    assert {r["value"] for r in fixes.values()} >= {"elementwise_ramps fixes ELU"}
+    tf_fix = _overlays(out, "original_graph")["fix"]["main"]["results"]
+    assert [r["value"] for r in tf_fix.values()] == ["elementwise_ramps fixes Elu"] * 3
+    graph = _tflite_graph(out / "converted.tflite")
+    labels = {n["id"]: n["label"] for n in graph["nodes"]}
+    assert [labels[i] for i in fixes if "ELU" in fixes[i]["value"]].count("elu") == 3
+    names = _graphdef_names(out / "explorer" / "original_graph.pb")
+    assert sorted(names[i] for i in tf_fix) == [f"convbn_elu_1/elu{k}_1/Elu" for k in (1, 2, 3)]
 
 
 # ----------------------------------------------------------------------------- the command
@@ -198,3 +241,32 @@ def test_explore_page_shows_the_node_data_in_headless_chromium(edgetpu_run, tmp_
             browser.close()
         server.terminate()
         server.wait(timeout=20)
+
+
+def check_vela_overlay(out: Path) -> None:
+    """An Ethos-U job's ``vela_cycles`` node data holds every cycle of Vela's per-layer CSV."""
+    from rewriter.targets.cost import parse_per_layer_csv
+
+    (csv,) = out.glob("*per-layer.csv")
+    rows = parse_per_layer_csv(csv)
+    cycles = _overlays(out, "artifact")["vela_cycles"]["main"]["results"]
+    assert len(cycles) >= 15 and all(v["value"] > 0 for v in cycles.values())
+    assert sum(v["value"] for v in cycles.values()) == sum(r.cycles for r in rows)
+
+
+def test_vela_cycles_land_on_the_ops_vela_names():
+    """Vela's per-layer rows (as on the sample's file for ethos-u55-128): an op's output, a
+    MEAN's ``_intermediate`` step, and the ``_copy`` of a RESHAPE's input."""
+    from rewriter.report.explorer import vela_overlay
+    from rewriter.targets.cost import LayerCost
+
+    ops = [("CONV_2D", "conv", ["image"]), ("RESHAPE", "plane", ["conv"]),
+           ("MEAN", "pool", ["plane"]), ("FULLY_CONNECTED", "logits", ["pool"])]
+    rows = [LayerCost("Conv2D", "Conv2D", "NPU", 14752, 0, "conv"),
+            LayerCost("Reshape", "MemoryCopy", "NPU", 16640, 0, "conv_copy"),
+            LayerCost("Mean", "DepthwiseConv2D", "NPU", 21917, 0, "pool_intermediate"),
+            LayerCost("Mean", "Add", "NPU", 128, 0, "pool"),
+            LayerCost("Conv2D", "Relu6", "NPU", 0, 0, "conv")]
+    ov = vela_overlay(rows, ops, "main")
+    assert {k: v["value"] for k, v in ov.results.items()} == {"0": 14752, "1": 16640,
+                                                              "2": 22045}

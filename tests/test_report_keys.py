@@ -32,6 +32,9 @@ def test_ethos_u_report_with_per_rule_checks_keeps_its_keys(tmp_path, cli):
                      "--calibration", CALIB, "--check-each-rule")
     assert code == 0
     assert missing("run-ethos-u55-128-check-each-rule", _report(tmp_path)) == []
+    from tests.test_explore import check_vela_overlay
+
+    check_vela_overlay(tmp_path)
 
 
 def test_onnx_report_keeps_its_keys(tmp_path, cli):

@@ -54,12 +54,14 @@ def write_job_reports(stage: Any, result: Any) -> tuple[dict[str, Any], dict[str
     and Model Explorer's node data in ``explorer/`` (:mod:`rewriter.report.explorer`). Returns
     the report and the job's files (artifact, SavedModel, reports) as OUT's paths."""
     from rewriter.report.build import build_report, write_reports
-    from rewriter.report.explorer import write_job_overlays
+    from rewriter.report.explorer import explorer_summary, write_job_overlays
     from rewriter.report.html import write_html
 
     report = stage.relocate(build_report(result.job))
     files = dict(stage.relocate(result.files))
-    files["explorer"] = stage.relocate(str(write_job_overlays(stage.path, result.job, report)))
+    manifest = write_job_overlays(stage.path, result.job, report)
+    files["explorer"] = stage.relocate(str(manifest))
+    report["explorer"] = explorer_summary(manifest, stage.shown)
     files.update({p.name: stage.relocate(str(p)) for p in write_reports(stage.path, report)})
     files["report.html"] = stage.relocate(str(write_html(stage.path, report)))
     return report, files

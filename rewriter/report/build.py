@@ -241,6 +241,9 @@ def render_markdown(r: dict[str, Any]) -> str:
              "", f"**Result: {'OK' if r.get('ok') else 'NOT OK'}**"]
     if r.get("summary"):
         lines += ["", r["summary"]]
+    if r.get("explorer"):
+        lines += ["", f"See it on the graph: `{r['explorer']['open']}` (Model Explorer; "
+                  f"`{r['explorer']['needs']}`)."]
     sig = r.get("signature") or {}
     if sig:
         lines += ["", "## Signature", "", "| | name | shape | dtype |", "|---|---|---|---|"]

@@ -147,13 +147,22 @@ def int8_overlays(int8: dict[str, Any], graph: str) -> list[Overlay]:
     return [o for o in (added, cosine, starved) if o.results]
 
 
-def vela_overlay(layers: Sequence[Any], tensor_names: Sequence[str], graph: str) -> Overlay:
-    """Vela's NPU cycles per op (its per-layer CSV rows, matched to ops by output tensor name;
-    the rows of one op are summed)."""
-    index = {name: i for i, name in enumerate(tensor_names)}
+def vela_overlay(layers: Sequence[Any], ops: Sequence[tuple[str, str, list[str]]],
+                 graph: str) -> Overlay:
+    """Vela's cycles per op of the file. A row of its per-layer CSV names the tensor it writes:
+    an op's output, ``<output>_intermediate`` for a step of it (MEAN), or ``<input>_copy`` for
+    the memory copy Vela makes of a RESHAPE's input (counted on that RESHAPE). ``ops``: (op, output tensor, input tensors) per op; the rows of
+    one op are summed."""
+    out_index = {out: i for i, (_, out, _) in enumerate(ops)}
     cycles: dict[int, int] = {}
     for layer in layers:
-        i = index.get(layer.name)
+        i = out_index.get(layer.name)
+        if i is None and layer.name.endswith("_intermediate"):  # a step of the op (MEAN)
+            i = out_index.get(layer.name[:-len("_intermediate")])
+        if i is None and layer.name.endswith("_copy"):
+            kind = layer.original_op.upper().replace("_", "")
+            i = next((j for j, (op, _, ins) in enumerate(ops) if layer.name[:-5] in ins
+                      and op.replace("_", "") == kind), None)
         if i is not None:
             cycles[i] = cycles.get(i, 0) + int(layer.cycles)
     ov = Overlay("vela_cycles", graph, gradient=WORSE_HIGH)
@@ -162,16 +171,18 @@ def vela_overlay(layers: Sequence[Any], tensor_names: Sequence[str], graph: str)
     return ov
 
 
+def tflite_op_tensors(path: str | Path) -> list[tuple[str, str, list[str]]]:
+    """(op, first output tensor's name, input tensors' names) of each op of subgraph 0."""
+    from rewriter.targets.artifact import read_tflite_tensors
+
+    return read_tflite_tensors(Path(path))
+
+
 def tflite_graph_ids(path: str | Path) -> list[str]:
     """Graph ids Model Explorer gives the subgraphs of a ``.tflite``: their names."""
-    from ai_edge_litert import schema_py_generated as schema
+    from rewriter.targets.artifact import tflite_subgraph_names
 
-    model = schema.Model.GetRootAsModel(Path(path).read_bytes(), 0)
-    out = []
-    for i in range(model.SubgraphsLength()):
-        name = model.Subgraphs(i).Name()
-        out.append(name.decode() if name else f"subgraph_{i}")
-    return out
+    return tflite_subgraph_names(Path(path))
 
 
 def artifact_overlays(path: str | Path, verdicts: Sequence[OpVerdict], report: dict[str, Any],
@@ -184,7 +195,7 @@ def artifact_overlays(path: str | Path, verdicts: Sequence[OpVerdict], report: d
     out = [rule_overlay(tensors, report.get("rules_applied") or [], graph),
            *int8_overlays(report.get("int8_layers") or {}, graph)]
     if vela_layers:
-        out.append(vela_overlay(vela_layers, tensors, graph))
+        out.append(vela_overlay(vela_layers, tflite_op_tensors(path), graph))
     # the last one loaded is the one Model Explorer colours the graph with at first
     return [*(o for o in out if o.results), placement_overlay(verdicts, graph, after.get("cut"))]
 
@@ -323,6 +334,33 @@ def write_check_overlays(outdir: Path, graph_def: GraphDef | None,
         models["original_graph"] = (f"{EXPLORER_DIR}/original_graph.pb",
                                     graph_check_overlays(view, *graph))
     return write_overlays(outdir, models)
+
+
+def explorer_summary(manifest: Path, out: str) -> dict[str, Any]:
+    """``report.json``'s ``explorer``: the command that opens OUT in Model Explorer and the node
+    data each model has there."""
+    models = json.loads(manifest.read_text())["models"]
+    import shlex
+
+    return {"open": f"rewrite explore {shlex.quote(out)}", "needs": "pip install 'rewriter[explore]'",
+            "manifest": f"{EXPLORER_DIR}/{MANIFEST}",
+            "models": {m["model"]: [Path(f).name.split(".")[1] for f in m["node_data"]]
+                       for m in models}}
+
+
+def html_section(report: dict[str, Any]) -> str:
+    """How to open the job in Model Explorer, for report.html."""
+    from html import escape
+
+    ex = report.get("explorer")
+    if not ex:
+        return ""
+    items = "".join(f"<li><code>{escape(m)}</code>: {escape(', '.join(names))}</li>"
+                    for m, names in ex["models"].items())
+    return ("<h2>In Model Explorer</h2><p>See placement, rules and int8 error on every node: "
+            f"<code>{escape(ex['open'])}</code> (needs <code>{escape(ex['needs'])}</code>; "
+            "serves on 127.0.0.1 and prints the URL). Node data:</p>"
+            f"<ul>{items}</ul>")
 
 
 def _finite(x: Any) -> bool:

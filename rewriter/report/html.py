@@ -453,6 +453,7 @@ def render_html(report: Mapping[str, Any], extras: Mapping[str, Any] | None = No
     if ok is not None:
         head.append(f"<p>{_badge(bool(ok))} {_e(report.get('summary', ''))}</p>")
     from rewriter.report import memory
+    from rewriter.report.explorer import html_section as explorer_html
     from rewriter.report.int8 import html_section
 
     body = "".join(head + [_data(report), _equivalence(report, plots),
@@ -460,7 +461,8 @@ def render_html(report: Mapping[str, Any], extras: Mapping[str, Any] | None = No
                            _per_rule(plots),
                            _op_tables(report), _rules(report), _vela(report),
                            memory.html(report.get("memory"), _table),
-                           _artifact_and_timings(report), _notes(report)])
+                           _artifact_and_timings(report), explorer_html(dict(report)),
+                           _notes(report)])
     return ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width"><title>{_e(title)}</title>'
             f"<style>{CSS}</style></head><body>{body}</body></html>\n")

@@ -85,6 +85,36 @@ def read_tflite(path: Path) -> Artifact:
     return Artifact(str(path), "tflite", ops, None, sig["inputs"], sig["outputs"])
 
 
+def tflite_subgraph_names(path: Path) -> list[str]:
+    """The name of each subgraph (``subgraph_<i>`` when it has none)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.Model.GetRootAsModel(path.read_bytes(), 0)
+    names = []
+    for i in range(model.SubgraphsLength()):
+        name = model.Subgraphs(i).Name()
+        names.append(name.decode() if name else f"subgraph_{i}")
+    return names
+
+
+def read_tflite_tensors(path: Path) -> list[tuple[str, str, list[str]]]:
+    """(op, first output tensor's name, input tensors' names) of each op of subgraph 0."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromPackedBuf(path.read_bytes(), 0)
+    names = _enum_names(schema.BuiltinOperator)
+    sg = model.subgraphs[0]
+    out = []
+    for op in sg.operators:
+        code = model.operatorCodes[op.opcodeIndex]
+        kind = names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode)), "?")
+        outs = [_s(sg.tensors[t].name) for t in (op.outputs if op.outputs is not None else [])]
+        ins = [_s(sg.tensors[t].name) for t in (op.inputs if op.inputs is not None else [])
+               if t >= 0]
+        out.append((kind, outs[0] if outs else "", ins))
+    return out
+
+
 def _mark_float_islands(sg: Any, ops: list[OpFacts]) -> None:
     """Name the float op each mid-graph DEQUANTIZE feeds (or QUANTIZE drains)."""
     producer: dict[int, int] = {}
