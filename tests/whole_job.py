@@ -1,6 +1,6 @@
 """One main job run on a small stock-Keras model and the checks every family test makes of it.
 
-The model's ``calibration.npy`` and ``data.npy`` sit beside it. :func:`job` runs the job and returns
+The model's ``calibration.npy`` and ``data.npy`` (``.npz`` for several inputs) sit beside it. :func:`job` runs the job and returns
 its exit code and report; :func:`assert_runs_whole` asserts what "runs whole on the target" means
 in this project: exit 0 and ok, on onnx max relative error <= 1e-4, on the int8 targets cosine >=
 0.99 with no Edge TPU cut, no Vela CPU operator, and the artifact run by TFLite Micro on tflm.
@@ -20,8 +20,9 @@ MAX_ONNX_REL_ERROR = 1e-4
 
 def job(model: Path, target: str, out: Path) -> tuple[int, dict[str, Any]]:
     root = model.parent
-    code = main([str(model), "--target", target, "--calibration", str(root / "calibration.npy"),
-                 "--data", str(root / "data.npy"), "-o", str(out), "-q"])
+    ext = "npz" if (root / "calibration.npz").exists() else "npy"  # .npz: several inputs
+    code = main([str(model), "--target", target, "--calibration", str(root / f"calibration.{ext}"),
+                 "--data", str(root / f"data.{ext}"), "-o", str(out), "-q"])
     return code, json.loads((out / "report.json").read_text())
 
 

@@ -44,6 +44,8 @@ PEERS: dict[str, tuple[str, str]] = {
     "hard_sigmoid_min_max": ("convert_to_clamp_pass / TABLE", ""),
     "selu_exact": ("ConvertEluFamilyToEluPass", ""),
     "softmax_mask_select": ("replace_inf_and_limit_values_pass (+-255, no statement)", ""),
+    "softmax_mask_compare": ("replace_inf_and_limit_values_pass (+-255; keeps WHERE as a TOSA "
+                             "select)", ""),
     "softmax_ramps": ("decompose_softmax_pass", ""),
     "softmax_rows": ("decompose_softmax_pass", ""),
     "square_as_mul": ("decompose_int_pow_pass", "-rtpo Power"),

@@ -103,6 +103,9 @@ SAMPLES: dict[str, tuple[Callable[[], Any], tuple[float, float], int]] = {
     "softmax_mask_select": (_fn(lambda x: tf.nn.softmax(tf.where(
         tf.constant([[True, True, True, True, False, False]]), x,
         tf.constant(np.float32(-0.7 * np.finfo(np.float32).max)))), (1, 6)), (-3.0, 3.0), 0),
+    # a data-dependent mask (x > 0.5) on a [1, 6] row: MUL/ADD with fused RELU/RELU6 only
+    "softmax_mask_compare": (_fn(lambda x: tf.nn.softmax(tf.where(x > 0.5, x, -1e9)), (1, 6)),
+                             (-3.0, 3.0), 0),
     "cumsum_as_conv1x1": (_fn(lambda x: tf.math.cumsum(x, axis=1), (1, 16, 8)), (-1.0, 1.0), 0),
     # the rows and columns regrouped by rank-3 reshapes: three "might not be mapped" RESHAPEs
     "strided_slice_unit_steps": (_fn(lambda x: x[:, ::2, ::2, :] * 2.0), (-1.0, 1.0), 3),
