@@ -146,3 +146,21 @@ def test_stack_samples_adds_a_leading_axis_per_run():
     stacked = stack_samples(runs)
     assert stacked["y"].shape == (2, 1, 3)
     assert stacked["y"][1].sum() == 3
+
+
+def test_top1_agreement_of_classifier_outputs_and_its_criterion():
+    """A classifier output ([samples, 1, classes]) reports the share of samples whose arg-max
+    agrees; with ``min_top1`` that share, not the cosine, decides; other outputs report None."""
+    ref = np.array([[[0.1, 0.9]], [[0.8, 0.2]], [[0.6, 0.4]], [[0.3, 0.7]]])
+    test = np.array([[[0.2, 0.8]], [[0.7, 0.3]], [[0.4, 0.6]], [[0.3, 0.7]]])  # one flips
+    plain = compare({"p": ref}, {"p": test}, atol=math.inf, rtol=0.0, min_cosine=0.999)
+    [o] = plain.outputs
+    assert o.top1_agreement == 0.75 and o.min_top1 is None and not o.ok  # cosine 0.97 judged
+    judged = compare({"p": ref}, {"p": test}, atol=math.inf, rtol=0.0, min_cosine=0.999,
+                     min_top1=0.75)
+    [o] = judged.outputs
+    assert o.ok and o.min_top1 == 0.75 and o.min_cosine is None
+    assert not compare({"p": ref}, {"p": test}, atol=math.inf, rtol=0.0,
+                       min_top1=0.8).outputs[0].ok
+    image = np.ones((2, 1, 4, 4, 3))
+    assert compare({"f": image}, {"f": image}).outputs[0].top1_agreement is None

@@ -139,7 +139,7 @@ def _tensor_facts(model: Model) -> dict[str, tuple[list[int | None] | None, str]
             dims = t.shape.as_list() if t.shape.rank is not None else None
             try:
                 dtype = t.dtype.as_numpy_dtype().dtype.name
-            except (TypeError, AttributeError):  # resource, variant: never a cut point
+            except (TypeError, AttributeError, KeyError):  # resource, variant: never a cut point
                 continue
             out[t.name] = (dims, dtype)
     return out
@@ -176,11 +176,32 @@ def _fold_static_shapes(g: GraphIndex, facts: Mapping[str, tuple]) -> None:
 
 
 def _drop_control_edges(g: GraphIndex) -> None:
-    """Control edges of a frozen inference graph only order Asserts and NoOps; a cut through
-    the front end would otherwise keep it alive through them."""
+    """Control edges of a frozen inference graph outside while loops only order Asserts and
+    NoOps; a cut through the front end would otherwise keep it alive through them. Inside a
+    lowered loop (Enter .. Exit: a Keras LSTM) they put constants in the loop's frame, and
+    are kept (without them TF refuses the graph: "inputs from different frames")."""
+    framed = _in_loop_frames(g)
     for node in list(g):
-        if any(r.startswith("^") for r in node.input):
+        if node.name not in framed and any(r.startswith("^") for r in node.input):
             g.set_inputs(node, [r for r in node.input if not r.startswith("^")])
+
+
+def _in_loop_frames(g: GraphIndex) -> set[str]:
+    """Nodes downstream of a loop's Enter nodes up to its Exit nodes (data or control edges)."""
+    readers: dict[str, list[str]] = {}
+    for node in g:
+        for ref in node.input:
+            readers.setdefault(parse_input(ref)[0], []).append(node.name)
+    queue = deque(n.name for n in g if n.op in ("Enter", "RefEnter"))
+    seen: set[str] = set()
+    while queue:
+        name = queue.popleft()
+        if name in seen:
+            continue
+        seen.add(name)
+        if g[name].op not in ("Exit", "RefExit"):
+            queue.extend(readers.get(name, ()))
+    return {n for n in seen if g[n].op not in ("Enter", "RefEnter")}
 
 
 def _check_separated(g: GraphIndex, model: Model, specs: Sequence[TensorSpec],

@@ -57,6 +57,7 @@ class JobOptions:
     deploy: bool = False  # write OUT/deploy/, a TFLite Micro package (rewriter.export.micro)
     sram_kb: float | None = None  # budgets (KiB): exceeding one fails the job (exit 1)
     flash_kb: float | None = None
+    min_top1: float | None = None  # int8 classifier outputs judged by top-1 agreement
 
 
 def onnx_opset(text: str) -> int:
@@ -133,6 +134,9 @@ OPTIONS: tuple[Option, ...] = (
            f"(default: every one given, up to {CALIBRATION_CAP}; the samples held back for "
            "verification excluded)", type=int, metavar="N"),
     Option("--samples", "samples", "verification samples (default {default})", type=int),
+    Option("--min-top1", "min_top1", "int8: judge classifier outputs (one row of classes per "
+           "sample) by top-1 agreement with the original >= F on the verification data, "
+           "instead of cosine >= 0.99 (default: cosine)", type=float, metavar="F"),
     Option("--float-io", "int8_io", "keep float input/output in int8 models (default for int8 "
            "accelerators: int8 I/O, so no QUANTIZE/DEQUANTIZE runs on the CPU)", kind="flag"),
     Option("--check-each-rule", "check_each_rule", "compare outputs after every applied rule; "
@@ -251,4 +255,4 @@ def job_options(args: argparse.Namespace, model: Model) -> JobOptions:
         run_vela=not args.no_vela, versus_plain=args.versus_plain,
         check_each_rule=args.check_each_rule,
         recover=args.recover, qat=args.qat, epochs=args.epochs, seed=args.seed,
-        deploy=args.deploy, sram_kb=args.sram, flash_kb=args.flash)
+        deploy=args.deploy, sram_kb=args.sram, flash_kb=args.flash, min_top1=args.min_top1)

@@ -255,7 +255,7 @@ def _deliver(ctx: _Context, model: Model, outdir: Path, applied: Any, message: s
         with ctx.steps("verify_artifact", "running the artifact"):
             artifact = run_artifact(deployment.exported.path, artifact_runtime(target),
                                     ctx.quantize, ctx.model, ctx.data.samples, ctx.reference,
-                                    applied)
+                                    applied, _policy(ctx.opts))
         if artifact.fallback:
             warnings.append(artifact.fallback)
         histogram = error_histograms(ctx.reference, artifact.outputs)
@@ -482,3 +482,14 @@ def _compare_rewritten(ref: Mapping[str, np.ndarray], test: Mapping[str, np.ndar
     from rewriter.verify.tolerance import DEFAULT_POLICY
 
     return compare_within(ref, test, DEFAULT_POLICY.for_rewrite(applied, ref), n)
+
+
+def _policy(opts: JobOptions) -> Any:
+    """The tolerance policy of the job: the default, with ``--min-top1`` when given."""
+    from dataclasses import replace
+
+    from rewriter.verify.tolerance import DEFAULT_POLICY
+
+    if opts.min_top1 is None:
+        return DEFAULT_POLICY
+    return replace(DEFAULT_POLICY, int8_min_top1=opts.min_top1)

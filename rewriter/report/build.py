@@ -205,7 +205,7 @@ def summary(report: dict[str, Any], attempt: Attempt, synthetic: bool, data: str
         art = attempt.artifact.comparison
         worst = min((o.cosine for o in art.outputs), default=1.0)
         parts.append(f"artifact {'matches' if art.ok else 'DOES NOT match'} "
-                     f"(min cosine {worst:.5f})" + _nonfinite(art, "artifact")
+                     f"(min cosine {worst:.5f}{_top1(art)})" + _nonfinite(art, "artifact")
                      + _degenerate(art)
                      + (f" in {RUNTIME_TITLES[attempt.artifact.runtime]}, not in the target's "
                         "runtime" if attempt.artifact.fallback else ""))
@@ -214,6 +214,17 @@ def summary(report: dict[str, Any], attempt: Attempt, synthetic: bool, data: str
     if data:
         parts.append(data)
     return "; ".join([*parts, *(also or [])]) + "."
+
+
+def _top1(cmp: Comparison) -> str:
+    """``; top-1 agreement 0.969 (the criterion: >= 0.95)`` for classifier outputs, or ""."""
+    agree = [o for o in cmp.outputs if o.top1_agreement is not None]
+    if not agree:
+        return ""
+    worst = min(agree, key=lambda o: o.top1_agreement or 0.0)
+    judged = (f", the criterion: >= {worst.min_top1:g}; cosine not judged"
+              if worst.min_top1 is not None else "")
+    return f"; top-1 agreement {worst.top1_agreement:.3f}{judged}"
 
 
 def _degenerate(cmp: Comparison) -> str:

@@ -78,6 +78,11 @@ class OutputMetrics:
     min_cosine: float | None = None
     ok: bool = False
     note: str = ""
+    #: Classifier outputs (one row of classes per sample): the share of samples whose arg-max
+    #: class is the same in both; None for other outputs.
+    top1_agreement: float | None = None
+    #: The pass criterion when it is top-1 agreement (``--min-top1``) instead of cosine.
+    min_top1: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {k: _finite(v) for k, v in asdict(self).items()}
@@ -147,11 +152,14 @@ def _tol(tol: Tol, name: str, default: float) -> float:
 
 
 def compare(ref: Mapping[str, np.ndarray], test: Mapping[str, np.ndarray], atol: Tol = None,
-            rtol: Tol = None, min_cosine: Tol = None, samples: int = 1) -> Comparison:
+            rtol: Tol = None, min_cosine: Tol = None, samples: int = 1,
+            min_top1: float | None = None) -> Comparison:
     """Compare every output of ``ref`` with the same-named output of ``test``.
 
     ``atol``/``rtol``/``min_cosine`` are a number for all outputs or a dict by output name (key
-    ``"*"`` for the rest). An output missing from ``test`` raises ``KeyError``.
+    ``"*"`` for the rest). ``min_top1``: a classifier output (see :func:`top1_agreement`)
+    passes on top-1 agreement >= it instead of ``min_cosine``. An output missing from ``test``
+    raises ``KeyError``.
     """
     outputs = []
     for name, r in ref.items():
@@ -162,20 +170,22 @@ def compare(ref: Mapping[str, np.ndarray], test: Mapping[str, np.ndarray], atol:
         a = _tol(atol, name, DEFAULT_ATOL_SCALE * scale)
         rt = _tol(rtol, name, DEFAULT_RTOL)
         mc = None if min_cosine is None else _tol(min_cosine, name, -1.0)
-        outputs.append(compare_arrays(name, r, test[name], a, rt, mc))
+        outputs.append(compare_arrays(name, r, test[name], a, rt, mc, min_top1))
     return Comparison(outputs, samples=samples)
 
 
 def compare_within(ref: Mapping[str, np.ndarray], test: Mapping[str, np.ndarray],
                    tolerance: Tolerance, samples: int = 1) -> Comparison:
     """:func:`compare` at ``tolerance``, whose note the comparison carries."""
-    cmp = compare(ref, test, samples=samples, **tolerance.kwargs())
+    cmp = compare(ref, test, samples=samples, **tolerance.kwargs(),
+                  min_top1=tolerance.min_top1)
     cmp.notes.append(tolerance.note)
     return cmp
 
 
 def compare_arrays(name: str, ref: np.ndarray, test: np.ndarray, atol: float, rtol: float,
-                   min_cosine: float | None = None) -> OutputMetrics:
+                   min_cosine: float | None = None,
+                   min_top1: float | None = None) -> OutputMetrics:
     """The metrics of one output; a shape mismatch compares nothing and fails."""
     r = np.asarray(ref, dtype=np.float64)
     t = np.asarray(test, dtype=np.float64)
@@ -206,8 +216,25 @@ def compare_arrays(name: str, ref: np.ndarray, test: np.ndarray, atol: float, rt
         nonfinite_mismatch=nonfinite_bad, ref_nan=int(np.isnan(r).sum()),
         ref_inf=int(np.isinf(r).sum()), test_nan=int(np.isnan(t).sum()),
         test_inf=int(np.isinf(t).sum()), min_cosine=min_cosine, note=note)
-    m.ok = m.mismatched == 0 and (min_cosine is None or m.cosine >= min_cosine)
+    m.top1_agreement = top1_agreement(r, t)
+    if min_top1 is not None and m.top1_agreement is not None:
+        m.min_top1, m.min_cosine = min_top1, None
+        m.ok = m.mismatched == 0 and m.top1_agreement >= min_top1
+    else:
+        m.ok = m.mismatched == 0 and (min_cosine is None or m.cosine >= min_cosine)
     return m
+
+
+def top1_agreement(ref: np.ndarray, test: np.ndarray) -> float | None:
+    """For a classifier's output (samples stacked first, then ``[1, classes]`` or
+    ``[classes]``, classes > 1): the share of samples whose arg-max class agrees; else None."""
+    r, t = np.asarray(ref), np.asarray(test)
+    if r.ndim < 2 or r.shape != t.shape or r.shape[-1] < 2 or int(np.prod(r.shape[1:-1])) != 1:
+        return None
+    r, t = r.reshape(-1, r.shape[-1]), t.reshape(-1, t.shape[-1])
+    if not (np.isfinite(r).all() and np.isfinite(t).all()):
+        return None
+    return float(np.mean(r.argmax(-1) == t.argmax(-1)))
 
 
 def _shape_mismatch(name: str, r: np.ndarray, t: np.ndarray, atol: float, rtol: float,

@@ -45,6 +45,8 @@ class Tolerance:
     rtol: float
     min_cosine: float | None
     note: str
+    #: Classifier outputs pass on top-1 agreement >= this instead of ``min_cosine``.
+    min_top1: float | None = None
 
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments of :func:`rewriter.verify.metrics.compare`."""
@@ -88,6 +90,8 @@ class TolerancePolicy:
     exact_rtol: float = EXACT_RTOL
     approx_min_cosine: float = APPROX_MIN_COSINE
     int8_min_cosine: float = INT8_MIN_COSINE
+    #: ``--min-top1``: int8 classifier outputs are judged by top-1 agreement instead.
+    int8_min_top1: float | None = None
 
     def tensor_atol(self, scale: float, budget: float) -> float:
         """The absolute tolerance of one tensor of scale ``scale`` under approximation
@@ -115,6 +119,12 @@ class TolerancePolicy:
         the rule applications the exported graph carries (their bounds add to a float file's
         tolerance, as they do to the rewritten graph's)."""
         if quantize in ("int8", "16x8"):
+            if self.int8_min_top1 is not None:
+                return Tolerance(math.inf, 0.0, self.int8_min_cosine,
+                                 f"{quantize} artifact vs float original: pass is top-1 "
+                                 f"agreement >= {self.int8_min_top1:g} for classifier outputs "
+                                 f"(--min-top1), cosine >= {self.int8_min_cosine} for others",
+                                 self.int8_min_top1)
             return Tolerance(math.inf, 0.0, self.int8_min_cosine,
                              f"{quantize} artifact vs float original: pass is cosine >= "
                              f"{self.int8_min_cosine}")

@@ -1,0 +1,102 @@
+"""Keras 3 ``Embedding`` models through ``rewrite`` (issues 28 and 30).
+
+* tflm: gather_index_wrap removes the LESS/ADD/SELECT index wrap (TFLite Micro has no SELECT
+  kernel), the file runs in TFLite Micro; the trained Embedding + LSTM text classifier of
+  :mod:`tests.text_model` reaches top-1 agreement >= 0.95 with the original on held-back text
+  (``--min-top1 0.95``, the job's classifier criterion).
+* edgetpu / ethos-u55-128: no rule places the GATHER (no GATHER on either; the Edge TPU takes
+  no int32 tensor): exit 1, and the report gives the host-lookup command (``--inputs`` after
+  the lookup); that command with the looked-up rows as data runs whole (no cut, Vela 0 CPU).
+* onnx: exit 0 as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rewriter.cli import main
+from tests.whole_job import assert_runs_whole, job, rules_applied
+
+
+@pytest.fixture(scope="module")
+def bag_of_ids(tmp_path_factory) -> Path:
+    """Embedding(24, 8) -> mean over time -> Dense 4 softmax (no loop: cheap)."""
+    import keras
+
+    root = tmp_path_factory.mktemp("embedding")
+    keras.utils.set_random_seed(0)
+    x = keras.Input((12,), dtype="int32")
+    h = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(24, 8)(x))
+    keras.Model(x, keras.layers.Dense(4, activation="softmax")(h)).save(root / "bag.keras")
+    rng = np.random.default_rng(0)
+    np.save(root / "calibration.npy", rng.integers(0, 24, (32, 12)).astype("int32"))
+    np.save(root / "data.npy", rng.integers(0, 24, (8, 12)).astype("int32"))
+    return root / "bag.keras"
+
+
+@pytest.fixture(scope="module")
+def text_model(tmp_path_factory) -> Path:
+    from tests.text_model import build
+
+    return build(tmp_path_factory.mktemp("text"))
+
+
+def test_embedding_runs_in_tflite_micro(bag_of_ids, tmp_path):
+    report = assert_runs_whole(bag_of_ids, "tflm", tmp_path / "out")
+    assert "gather_index_wrap" in rules_applied(report)
+    assert "SELECT" not in report["artifact_ops"] and "GATHER" in report["artifact_ops"]
+
+
+def _run(model: Path, target: str, out: Path, *extra: str) -> tuple[int, dict]:
+    root = model.parent
+    code = main([str(model), "--target", target, "--calibration", str(root / "calibration.npy"),
+                 "--data", str(root / "data.npy"), "-o", str(out), "-q", *extra])
+    return code, json.loads((out / "report.json").read_text())
+
+
+@pytest.mark.slow
+def test_text_classifier_top1_on_tflm(text_model, tmp_path):
+    code, report = _run(text_model, "tflm", tmp_path / "out", "--min-top1", "0.95",
+                        "--samples", "64")
+    [cmp] = report["equivalence"]["artifact"]["outputs"].values()
+    assert code == 0 and report["ok"], (report["summary"], report["unsupported_after"])
+    assert report["equivalence"]["artifact"]["runtime"] == "TFLite Micro"
+    assert cmp["top1_agreement"] >= 0.95 and cmp["min_top1"] == 0.95
+    assert report["equivalence"]["artifact"]["samples"] == 64  # held-back text
+    assert "top-1 agreement" in report["summary"]
+
+
+@pytest.mark.slow
+def test_text_classifier_on_onnx(text_model, tmp_path):
+    assert_runs_whole(text_model, "onnx", tmp_path / "out")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["ethos-u55-128", "edgetpu"])
+def test_host_lookup_command_runs_whole(text_model, tmp_path, target):
+    import keras
+
+    code, report = job(text_model, target, tmp_path / "whole")
+    assert code == 1 and "GATHER" in {u["op"] for u in report["unsupported_after"]}
+    command = report["host_lookup"]["command"]
+    assert command in report["summary"]
+    argv = shlex.split(command)
+    assert argv[:4] == ["rewrite", str(text_model), "--target", target]
+    table = keras.saving.load_model(text_model).get_layer("embedding").get_weights()[0]
+    root = tmp_path / "rows"
+    root.mkdir()
+    for name in ("calibration", "data"):
+        np.save(root / f"{name}.npy", table[np.load(text_model.parent / f"{name}.npy")])
+    code = main([*argv[1:], "--calibration", str(root / "calibration.npy"),
+                 "--data", str(root / "data.npy"), "-o", str(tmp_path / "cut"), "-q"])
+    cut = json.loads((tmp_path / "cut" / "report.json").read_text())
+    assert code == 0 and cut["unsupported_after"] == [], cut["summary"]
+    if target == "edgetpu":
+        assert cut["placement_after"]["cut"] is None
+    else:
+        assert cut["vela"]["cpu_ops"] == 0
