@@ -133,6 +133,23 @@ def test_version_max_violation_on_artifact(conv_relu_int8):
     assert reasons[0].startswith("CONV_2D: Op version must be at most 1: observed version ")
 
 
+def test_edge_tpu_refuses_the_conv_version_tf_writes_for_grouped_convolutions(tmp_path):
+    """edgetpu_compiler 16.0 refuses CONV_2D version 6 (google-coral/edgetpu#631); TF 2.21 writes
+    it for a grouped convolution (groups=2 here, measured), and the table's version_max says so;
+    the ungrouped file (conv_relu_int8's CONV_2D) is version <= 5."""
+    from rewriter.export.tflite import export_tflite
+
+    w = _w(3, 3, 2, 4)  # 4 input channels in 2 groups
+    model = build_model(lambda x: tf.nn.conv2d(x, w, 1, "SAME"), (1, 8, 8, 4))
+    path = tmp_path / "grouped.tflite"
+    export_tflite(model, path, quantize="int8",
+                  calibration=[{"x": np.random.default_rng(i).uniform(-1, 1, (1, 8, 8, 4))
+                                .astype("float32")} for i in range(4)])
+    edgetpu = load_target("edgetpu")
+    reasons = [v.reason for v in edgetpu.check_artifact(str(path)).verdicts if not v.supported]
+    assert reasons == ["CONV_2D: Op version must be at most 5: observed version 6"], reasons
+
+
 def test_every_kind_is_covered_by_a_test():
     from tests.test_edgetpu_limits import GRAPH_CASES
 
