@@ -142,7 +142,8 @@ def plan(model: Model, target: PlanTarget, quantize: str, exact_only: bool = Fal
         if not rules:
             unfixable.append(Unfixable(op, count, reason, why))
             continue
-        best = next((r for r in rules if matcher.covers(r, nodes)), rules[0])
+        best = (rules[0] if len(rules) == 1 else
+                next((r for r in rules if matcher.covers(r, nodes)), rules[0]))
         rules = [best, *(r for r in rules if r is not best)]
         fixes.append(Fix(op, count, reason, best.name, [r.name for r in rules[1:]], best.exact,
                          best.bound))
