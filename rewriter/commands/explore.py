@@ -4,7 +4,8 @@ Starts Google's Model Explorer server (the ``[explore]`` extra) on the loopback 
 every model OUT/explorer/explorer.json lists (the artifact, the rewritten TF graph, or check's
 original graph and plain converter's file) and each one's node data: placement, rules,
 int8 error and cosine, range-starved tensors, Vela cycles (:mod:`rewriter.report.explorer`).
-It prints the URL and, unless ``--no-open``, opens it in a browser; Ctrl+C stops it.
+It prints the URL and, unless ``--no-open``, opens it in a browser; Ctrl+C stops it (exit 0;
+SIGTERM/SIGHUP end it as any command, exit 2 "interrupted").
 
 The server answers every client that can reach it and reads any file this user can (its
 ``read_text_file`` API): it binds to 127.0.0.1, and to another address only when ``--host``
@@ -167,5 +168,9 @@ def run(args: argparse.Namespace, ui: Any) -> int:
     _no_version_check()
     if hasattr(sys.stdout, "reconfigure"):  # the URL reaches a pipe or log at once
         sys.stdout.reconfigure(line_buffering=True)
-    server.start(host=host, port=port, config=config, no_open_in_browser=args.no_open)
+    try:
+        server.start(host=host, port=port, config=config, no_open_in_browser=args.no_open)
+    except KeyboardInterrupt:  # Ctrl+C is how a server is stopped: not an error
+        pass
+    ui.info("Model Explorer stopped")
     return 0
