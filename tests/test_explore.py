@@ -116,6 +116,16 @@ def test_node_ids_are_the_ones_model_explorers_adapters_give(edgetpu_run):
     created = set(report["rules_applied"][0]["created"])
     tf_rule = _overlays(out, "rewritten_graph")["rule"]["main"]["results"]
     assert len(tf_rule) >= 30 and all(names[i] in created for i in tf_rule)
+    # the SavedModel as Model Explorer's TF adapter draws it: the function holding the graph
+    from model_explorer.builtin_tf_direct_adapter import BuiltinTfDirectAdapter
+
+    sm = _overlays(out, "saved_model")["rule"]
+    ((fn, data),) = sm.items()
+    graphs = BuiltinTfDirectAdapter().convert(str(out / "saved_model" / "saved_model.pb"), {})
+    (g,) = [g for c in graphs["graphCollections"] for g in c.graphs if g["id"] == fn]
+    spaces = {n["id"]: n["namespace"] for n in g["nodes"]}
+    assert len(data["results"]) == len(tf_rule)
+    assert all(spaces[i] in created for i in data["results"])
 
 
 def test_the_reports_say_how_to_open_it(edgetpu_run):

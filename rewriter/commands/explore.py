@@ -107,13 +107,15 @@ def load_manifest(out: Path) -> list[dict[str, Any]]:
 
 
 def build_config(models: list[dict[str, Any]]) -> Any:
-    """A Model Explorer config with every model (GraphDef files through its GraphDef adapter,
-    whose node ids the overlays use) and its node data."""
+    """A Model Explorer config with every model (a GraphDef through its GraphDef adapter, a
+    SavedModel through its direct TF adapter: the node ids the overlays use) and its node
+    data."""
     import model_explorer
 
     config = model_explorer.config()
     for m in models:
-        adapter = "builtin_graphdef" if m["model"].suffix == ".pb" else ""
+        adapter = ("builtin_tf_direct" if m["model"].name == "saved_model.pb" else
+                   "builtin_graphdef" if m["model"].suffix == ".pb" else "")
         config.add_model_from_path(str(m["model"]), adapterId=adapter)
         for nd in m["node_data"]:
             config.add_node_data_from_path(str(nd), model_name=m["model"].name)

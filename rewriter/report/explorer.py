@@ -235,6 +235,28 @@ def graph_rule_overlay(graph_def: GraphDef, rules_applied: Sequence[dict[str, An
     return ov
 
 
+def saved_model_rule_overlay(saved_model_pb: Path,
+                             rules_applied: Sequence[dict[str, Any]]) -> Overlay | None:
+    """The rewritten SavedModel as Model Explorer's TF adapter draws it: the rule of each node
+    a rule created, in the function that holds them (graph id: the function's name; node id:
+    1 + the node's index in it, the adapter's GraphInputs node being 0)."""
+    from tensorflow.core.protobuf.saved_model_pb2 import SavedModel
+
+    sm = SavedModel()
+    sm.ParseFromString(saved_model_pb.read_bytes())
+    texts = {r["rule"]: rule_text(r) for r in rules_applied}
+    by_node = {n: texts[r["rule"]] for r in rules_applied for n in r.get("created", [])}
+    best: Overlay | None = None
+    for fn in sm.meta_graphs[0].graph_def.library.function if sm.meta_graphs else []:
+        ov = Overlay("rule", fn.signature.name, categorical=True)
+        for i, node in enumerate(fn.node_def):
+            if node.name in by_node:
+                ov.set(i + 1, by_node[node.name], RULE_COLOUR)
+        if ov.results and (best is None or len(ov.results) > len(best.results)):
+            best = ov
+    return best
+
+
 def graph_check_overlays(graph_def: GraphDef, verdicts: Sequence[OpVerdict],
                          fixes: dict[str, str | None], cut: dict | None) -> list[Overlay]:
     """``rewrite check`` on the original graph: predicted placement of each node, and for each
@@ -279,8 +301,9 @@ def write_overlays(outdir: Path, models: dict[str, tuple[str, list[Overlay]]]) -
 
 def write_job_overlays(outdir: Path, job: Job, report: dict[str, Any]) -> Path:
     """The job's node data in OUT/explorer/: on the exported ``.tflite`` (an ``.onnx`` has no
-    Model Explorer adapter: none) and on the rewritten TF graph, written there as a GraphDef
-    (``rewritten_graph.pb``, constants emptied: :func:`view_graph`). Returns the manifest."""
+    Model Explorer adapter: none), on the rewritten TF graph, written there as a GraphDef
+    (``rewritten_graph.pb``, constants emptied: :func:`view_graph`), and on the rewritten
+    SavedModel's graph (its rules). Returns the manifest."""
     models: dict[str, tuple[str, list[Overlay]]] = {}
     dep = job.attempt.deployment
     if (dep is not None and dep.exported.ok and dep.verdict is not None
@@ -294,6 +317,11 @@ def write_job_overlays(outdir: Path, job: Job, report: dict[str, Any]) -> Path:
     (d / "rewritten_graph.pb").write_bytes(graph.SerializeToString())
     models["rewritten_graph"] = (f"{EXPLORER_DIR}/rewritten_graph.pb",
                                  [graph_rule_overlay(graph, report.get("rules_applied") or [])])
+    pb = outdir / "saved_model" / "saved_model.pb"
+    if job.attempt.saved_model is not None and pb.is_file():
+        ov = saved_model_rule_overlay(pb, report.get("rules_applied") or [])
+        if ov is not None:
+            models["saved_model"] = ("saved_model/saved_model.pb", [ov])
     return write_overlays(outdir, models)
 
 
