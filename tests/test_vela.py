@@ -228,6 +228,7 @@ def test_an_ethos_u_package_states_vela_s_sram_and_explains_an_overrun(
     arena_h = (tmp_path / "deploy" / "arena.h").read_text()
     assert f"constexpr int kTensorArenaNeeded = {pkg.arena_bytes};" in arena_h
     assert "resolver.AddEthosU()" in (tmp_path / "deploy" / "op_resolver.h").read_text()
+    assert "CO_PROCESSOR=ethos_u microlite" in (tmp_path / "deploy" / "README.md").read_text()
 
 
 @pytest.mark.slow

@@ -240,7 +240,13 @@ TfLiteStatus Setup(tflite::MicroInterpreter** out) {{
 }}
 ```
 
-Compile `model_data.cc` with the application; link TFLite Micro{ethosu}.
+Compile `model_data.cc` with the application; link TFLite Micro{ethosu}. TFLite Micro's
+library for a Cortex-M part, from a tflite-micro checkout:
+
+```sh
+make -f tensorflow/lite/micro/tools/make/Makefile TARGET=cortex_m_generic \\
+     TARGET_ARCH={arch} OPTIMIZED_KERNEL_DIR=cmsis_nn{coproc} microlite
+```
 """
 
 
@@ -262,7 +268,9 @@ def write_package(pkg: Package, outdir: Path) -> Package:
                                         align=ALIGN, n=len(methods), ops=", ".join(methods),
                                         arena=pkg.arena_size, measured=arena_bytes,
                                         source=arena_source, margin=ARENA_MARGIN,
-                                        ethosu=ethosu)}
+                                        ethosu=ethosu,
+                                        arch="cortex-m55" if ethosu else "cortex-m4",
+                                        coproc=" CO_PROCESSOR=ethos_u" if ethosu else "")}
     for name, text in files.items():
         atomic_write_text(pkg.path / name, text)
     return pkg

@@ -8,8 +8,9 @@ tensors are Vela's; the artifact names the model's own). The figures are the ten
 * SRAM: the tensors live at the peak, by a liveness walk in execution order (a tensor lives from
   the op writing it, or the start for an input, to the last op reading it, or the end for an
   output). It names what fills the arena; it is not the arena's figure: TFLite Micro's planner
-  shares some buffers (on the sample model the four tensors live at the peak sum to 240 KiB, the
-  arena measured is 214 KiB) and adds its own structures and scratch, Vela its weight buffers.
+  adds its own structures and scratch buffers (and may place tensors less tightly), Vela its
+  weight buffers and its own schedule (on tflm, the sample model's four tensors live at the peak
+  sum to 240 KiB, the arena measured is 246 KiB).
 * flash: the largest constant tensors (weights, biases), and the point where cutting the model in
   two parts with one tensor between them splits its weights most evenly.
 """
