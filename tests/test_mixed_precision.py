@@ -108,3 +108,43 @@ def test_a_float_op_is_left_float(starved):
     mq, *_ = starved
     wide = next(op.scope for op in mq.ops if "wide" in op.scope)
     assert float_ops(mq.build({wide: "float"})) == ["FULLY_CONNECTED"]
+
+
+def _starved_keras(path):
+    import keras
+
+    rng = np.random.default_rng(0)
+    inp = keras.Input((16,))
+    d1 = keras.layers.Dense(8, name="wide")
+    d2 = keras.layers.Dense(4, name="reader")
+    km = keras.Model(inp, keras.layers.Dense(3, name="head")(d2(d1(inp))))
+    k1 = rng.normal(0, 0.3, (16, 8))
+    k1[:, 7] *= 100.0
+    k2 = rng.normal(0, 1.0, (8, 4))
+    k2[7] = 0.0
+    d1.set_weights([k1.astype(np.float32), np.zeros(8, np.float32)])
+    d2.set_weights([k2.astype(np.float32), np.zeros(4, np.float32)])
+    km.save(path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["tflm", "ethos-u55-128"])
+def test_accuracy_job_delivers_the_plan_int8_cannot_reach(cli, tmp_path, target):
+    import json
+
+    _starved_keras(tmp_path / "m.keras")
+    np.save(tmp_path / "cal.npy", np.random.default_rng(1).normal(size=(256, 16))
+            .astype(np.float32))
+    out = tmp_path / "out"
+    code, stdout, _ = cli(tmp_path / "m.keras", "--target", target, "--calibration",
+                          tmp_path / "cal.npy", "--accuracy", "0.999", "-o", out, "--json")
+    report = json.loads((out / "report.json").read_text())
+    prec = report["precision"]
+    assert prec["int8"]["accuracy"] and min(prec["int8"]["accuracy"].values()) < 0.99
+    assert prec["met"] and prec["delivered"], prec
+    assert [x["precision"] for x in prec["layers"]] == ["16x8", "16x8", "int8"]
+    assert min(prec["plan"]["accuracy"].values()) >= 0.999
+    assert prec["plan_file"].get("cpu_ops", 0) == 0
+    assert code == 0, stdout[-2000:]
+    kinds = tensor_dtypes((out / "model.tflite").read_bytes())
+    assert kinds.get("int16", 0) >= 1 and "float32" not in kinds

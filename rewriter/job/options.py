@@ -50,6 +50,7 @@ class JobOptions:
     versus_plain: bool = False  # export the plain file too, for the report's latency comparison
     check_each_rule: bool = False  # compare outputs after every rule (names a breaking rule)
     divergence_samples: int = 2  # samples for the intermediate-tensor comparison
+    accuracy: float | None = None  # --accuracy COS: search an int8/16x8 plan meeting it
     recover: bool = False  # fine-tune by distillation after export (rewriter.tune.recover)
     qat: bool = False  # tf_keras: TFMOT quantization-aware training instead (rewriter.tune.qat)
     epochs: int = RECOVER_EPOCHS
@@ -165,6 +166,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("--recover", "recover", "after export, fine-tune the rewritten graph's weights by "
            "distillation from the original on the calibration inputs (int8 simulated in the "
            "loop), export and verify again on held-back inputs", kind="flag", group=RECOVER),
+    Option("--accuracy", "accuracy", "accuracy target: cosine per output on the verification "
+           "data; when the int8 file misses it, the layers adding the most int8 error are "
+           "promoted to 16x8 (where the target has the kernel) until it is met, measured in the "
+           "target's runtime; exit 1 with the best plan when no plan reaches it",
+           type=float, metavar="COS", group=RECOVER),
     Option("--epochs", "epochs", "fine-tuning epochs of --recover (default {default})",
            type=int, group=RECOVER),
     Option("--qat", "qat", "like --recover, with tensorflow-model-optimization's "
@@ -253,6 +259,6 @@ def job_options(args: argparse.Namespace, model: Model) -> JobOptions:
         input_ranges=parse_ranges(args.input_range, model.inputs),
         pixels=pixel_map_from_args(args.pixel_range, args.pixel_norm),
         run_vela=not args.no_vela, versus_plain=args.versus_plain,
-        check_each_rule=args.check_each_rule,
+        check_each_rule=args.check_each_rule, accuracy=args.accuracy,
         recover=args.recover, qat=args.qat, epochs=args.epochs, seed=args.seed,
         deploy=args.deploy, sram_kb=args.sram, flash_kb=args.flash, min_top1=args.min_top1)

@@ -123,6 +123,20 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
     if (until == "all" and (opts.recover or opts.qat) and attempt.deployment is not None
             and attempt.deployment.exported.ok):
         attempt, recovery = _recover(ctx, attempt, bar)
+    precision = None
+    if (until == "all" and opts.accuracy is not None and quantize == "int8"
+            and target.artifact == "tflite" and attempt.artifact is not None
+            and attempt.saved_model is not None and attempt.deployment is not None
+            and attempt.deployment.exported.ok
+            and min(o.cosine for o in attempt.artifact.comparison.outputs) < opts.accuracy):
+        from rewriter.job.precision import precision_plan
+
+        precision, run = precision_plan(ctx, Path(attempt.deployment.exported.path),
+                                        attempt.saved_model, attempt.rewrite.applied,
+                                        _policy(opts))
+        if run is not None:
+            attempt.artifact = run
+        attempt.warnings.append(precision.describe())
     package = None
     if ((opts.deploy or opts.sram_kb or opts.flash_kb) and until == "all"
             and attempt.deployment is not None and attempt.deployment.exported.ok):
@@ -141,7 +155,7 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
             with steps("deploy", "writing the TFLite Micro package"):
                 write_package(package, outdir)
     job = Job(model, target, quantize, before, data, attempt, retry, steps.timings, recovery,
-              package)
+              package, precision=precision)
     if until == "all" and opts.versus_plain:
         job.versus_plain = versus_plain(model, target, quantize, attempt, data, opts, steps)
     files = {}

@@ -109,11 +109,13 @@ class Job:
     #: The job's artifact beside the plain converter's file on the target's cost model
     #: (:func:`rewriter.targets.cost.versus`; None: no cost model for the target or no file).
     versus_plain: dict[str, Any] | None = None
+    precision: Any = None  # --accuracy: rewriter.job.precision.PrecisionPlan
 
     @property
     def ok(self) -> bool:
         """The attempt is OK and the model fits the ``--sram``/``--flash`` budgets."""
-        return self.attempt.ok and not (self.package is not None and self.package.overruns())
+        return (self.attempt.ok and not (self.package is not None and self.package.overruns())
+                and (self.precision is None or self.precision.met))
 
     @property
     def warnings(self) -> list[str]:

@@ -64,6 +64,8 @@ def build_report(job: Job) -> dict[str, Any]:
     report["unsupported_before"] = with_fixes(job.before.unsupported_summary(),
                                               attempt.plan.rules_by_op(), why)
     report.update(_attempt_report(attempt, why))
+    if job.precision is not None:
+        report["precision"] = job.precision.to_json()
     if job.recovery is not None:
         report["recover"] = job.recovery.to_json()
         if job.recovery.kept:

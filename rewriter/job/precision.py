@@ -1,0 +1,131 @@
+"""``--accuracy COS``: when the int8 artifact misses COS on some output, search the cheapest
+int8/16x8 plan that reaches it (:mod:`rewriter.tune.plan_search`, files made by
+:mod:`rewriter.tune.mixed`) and deliver it in the artifact's place.
+
+Every plan is run in the target's runtime (TFLite Micro for tflm, LiteRT elsewhere) on the job's
+verification samples (held back from calibration by default) and compared with the *original*
+model's outputs there; the per-layer error that ranks the promotions is measured on calibration
+samples only. Cost: Vela's estimate (time, SRAM, CPU ops) on Ethos-U, the file size elsewhere.
+A plan is delivered only when it is better than the int8 file and, on Ethos-U, Vela runs every op
+on the NPU. Not met: the job ends 1 with the best plan delivered and, in the report, what would
+reach the target (the ops with no 16x8 kernel on the target, or none: the whole model in 16x8
+was tried).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rewriter.job.stages import ArtifactRun, artifact_runtime, run_artifact
+
+
+@dataclass
+class PrecisionPlan:
+    """The search's outcome, as the report shows it."""
+
+    target: float
+    result: Any  # plan_search.SearchResult
+    delivered: bool
+    int8_file: dict[str, Any]
+    plan_file: dict[str, Any]
+    needs: list[str] = field(default_factory=list)
+
+    @property
+    def met(self) -> bool:
+        return bool(self.result.met)
+
+    def to_json(self) -> dict[str, Any]:
+        out = self.result.to_json()
+        out.update(delivered=self.delivered, int8_file=self.int8_file,
+                   plan_file=self.plan_file, would_reach=self.needs)
+        return out
+
+    def describe(self) -> str:
+        r = self.result
+        n = len(r.best.promoted)
+        head = (f"--accuracy {self.target}: {'met' if r.met else 'not met'} with {n} of "
+                f"{len(r.layers)} ops in 16x8 (worst output cosine {r.best.worst:.4f}, int8 "
+                f"{r.int8.worst:.4f})")
+        cost = ", ".join(f"{k} {self.int8_file.get(k)} -> {v}" for k, v in self.plan_file.items()
+                         if k in ("vela_ms", "sram_kib", "size_kib", "cpu_ops"))
+        tail = "" if r.met else f"; would reach it: {'; '.join(self.needs) or 'nothing tried'}"
+        return f"{head}; cost {cost}{tail}"
+
+
+def _cost(target: Any, path: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {"size_kib": round(path.stat().st_size / 1024, 1)}
+    if target.vela_config:
+        from rewriter.targets.vela import run_vela
+
+        v = run_vela(str(path), target.vela_config, system_config=target.system_config,
+                     memory_mode=target.memory_mode)
+        t = v.inference_time
+        out.update(vela_ms=round(t * 1e3, 3) if t is not None else None,
+                   sram_kib=float(v.csv.get("sram_memory_used") or 0), cpu_ops=v.cpu_ops)
+    return out
+
+
+def precision_plan(ctx: Any, artifact_path: Path, saved_model: str, applied: Any,
+                   policy: Any) -> tuple[PrecisionPlan, ArtifactRun | None]:
+    """Search (module docstring); the plan and, when it was delivered into ``artifact_path``,
+    its run in the target's runtime."""
+    import tensorflow as tf
+
+    from rewriter.tune.mixed import MixedQuantizer
+    from rewriter.tune.plan_search import search
+    from rewriter.verify.runners import LiteRTRunner
+
+    target, opts = ctx.target, ctx.opts
+    runtime = artifact_runtime(target)
+    with tempfile.TemporaryDirectory(prefix="rewriter-precision-") as tmp_name:
+        tmp = Path(tmp_name)
+        with ctx.steps("precision_float", "exporting the float file for mixed precision"):
+            conv = tf.lite.TFLiteConverter.from_saved_model(saved_model)
+            conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+            flt = bytes(conv.convert())
+        (tmp / "float.tflite").write_bytes(flt)
+        lite = LiteRTRunner(tmp / "float.tflite")
+        cal = [lite.bind_feeds(s) for s in (ctx.data.calibration_samples or ctx.data.samples)]
+        counter = iter(range(10**6))
+
+        def evaluate(data: bytes) -> tuple[dict[str, float], dict[str, float]]:
+            path = tmp / f"plan{next(counter)}.tflite"
+            path.write_bytes(data)
+            run = run_artifact(path, runtime, "int8", ctx.model, ctx.data.samples,
+                               ctx.reference, applied, policy)
+            outs = run.comparison.outputs
+            return ({o.name: float(o.cosine) for o in outs},
+                    {o.name: float(o.top1_agreement) for o in outs if o.top1_agreement is not None})
+
+        def cost(data: bytes) -> dict[str, Any]:
+            path = tmp / "cost.tflite"
+            path.write_bytes(data)
+            return _cost(target, path)
+
+        mq = MixedQuantizer(flt, cal)
+        try:
+            with ctx.steps("precision_search", f"searching a plan for cosine {opts.accuracy}"):
+                result = search(mq, evaluate, cost, opts.accuracy, cal[:8],
+                                lambda op: op not in ("QUANTIZE", "DEQUANTIZE")
+                                and target.int16_kernel(op))
+            plan_bytes = mq.build({s: "16x8" for s in result.best.promoted})
+        finally:
+            mq.close()
+        int8_cost = _cost(target, artifact_path)
+        plan_cost = result.best.cost
+        needs = [f"{op.op} ({op.scope.split(';')[0]}) has no 16x8 kernel on {target.title}"
+                 for op in mq.ops if op.op not in ("QUANTIZE", "DEQUANTIZE")
+                 and not target.int16_kernel(op.op)][:6]
+        better = result.best.worst > result.int8.worst and result.best.promoted
+        on_chip = plan_cost.get("cpu_ops", 0) == 0
+        plan = PrecisionPlan(opts.accuracy, result, bool(better and on_chip), int8_cost,
+                             plan_cost, needs)
+        if not plan.delivered:
+            return plan, None
+        artifact_path.write_bytes(plan_bytes)
+        run = run_artifact(artifact_path, runtime, "int8", ctx.model, ctx.data.samples,
+                           ctx.reference, applied, policy)
+        return plan, run
