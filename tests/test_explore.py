@@ -284,3 +284,17 @@ def test_vela_cycles_land_on_the_ops_vela_names():
     ov = vela_overlay(rows, ops, "main")
     assert {k: v["value"] for k, v in ov.results.items()} == {"0": 14752, "1": 16640,
                                                               "2": 22045}
+
+
+def test_an_overlay_with_no_node_is_not_written(tmp_path):
+    """A job no rule changed lists its graphs without an empty ``rule`` file."""
+    from rewriter.report.explorer import Overlay, write_overlays
+
+    place = Overlay("placement", "main")
+    place.set(0, "accelerator", COLOURS["accelerator"])
+    manifest = write_overlays(tmp_path, {"artifact": ("model.tflite",
+                                                      [Overlay("rule", "main"), place])})
+    assert json.loads(manifest.read_text())["models"] == [
+        {"key": "artifact", "model": "model.tflite",
+         "node_data": ["explorer/artifact.placement.json"]}]
+    assert not (tmp_path / "explorer" / "artifact.rule.json").exists()

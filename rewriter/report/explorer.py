@@ -290,7 +290,7 @@ def write_overlays(outdir: Path, models: dict[str, tuple[str, list[Overlay]]]) -
     manifest: dict[str, Any] = {"models": []}
     for key, (model, overlays) in models.items():
         files = []
-        for ov in overlays:
+        for ov in (o for o in overlays if o.results):  # no rule applied: no rule overlay
             name = f"{key}.{ov.name}.json"
             atomic_write_text(d / name, json.dumps(ov.to_json(), indent=1) + "\n")
             files.append(f"{EXPLORER_DIR}/{name}")
