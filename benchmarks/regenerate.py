@@ -5,7 +5,7 @@
     PYTHONPATH=. python benchmarks/regenerate.py --list      # the plan, with durations
 
 Runs, one at a time, each benchmark of :data:`PLAN` with the exact command it lists (``--quick``:
-the entries marked quick, about 30 minutes on 2 shared cores), then stamps every results file
+the entries marked quick, about 30 minutes on 2 idle cores), then stamps every results file
 it wrote with this checkout's commit, date, machine, tool versions and that command
 (``benchmarks/stamp.py``; the scripts that stamp their files themselves are stamped again
 with the same header). ``--check`` lists every results file of the plan with its commit and
@@ -51,8 +51,11 @@ class Bench:
         return "PYTHONPATH=. python " + " ".join(self.args)
 
 
-# What the README quotes. Durations: estimates from the runs the results files record, except
-# where ``measured`` (a run of this plan on the shared 2-core machines, loaded by other work).
+# What the README quotes. Durations: estimates from the runs the results files record (the sum
+# of the per-job ``seconds`` in their .json plus start-up, where they record it), except where
+# ``measured`` (a run of this plan on the shared 2-core machines, loaded by other work).
+# ``quick``: every README passage's file that is cheap to regenerate (about 30 minutes in all);
+# the rest (zoo, activation matrix, real models, memory, speed, slow suite) is the full run's.
 PLAN = [
     Bench("readme_example", ("benchmarks/readme_example.py",),
           (R + "readme_example.md", R + "readme_example.json"), 2, quick=True, measured=True),
@@ -60,20 +63,23 @@ PLAN = [
           (R + "lstm_fused_support.md", R + "lstm_fused_support.json"), 2, quick=True),
     Bench("audio_int8_range", ("benchmarks/audio_int8_range.py",),
           (R + "audio_int8_range.md",), 2, quick=True),
+    # 8 jobs, 196 s of job time in audio_16x8.json, plus training and TF start-up.
     Bench("audio_16x8", ("benchmarks/audio_16x8.py",),
-          (R + "audio_16x8.md", R + "audio_16x8.json"), 12, quick=True),
+          (R + "audio_16x8.md", R + "audio_16x8.json"), 5, quick=True),
+    # Not quick: no README passage quotes it (op_tables' [int16] sections cite it), and its
+    # result moves with the converter / TFLite Micro / Vela versions rather than our code.
     Bench("int16_kernels", ("benchmarks/int16_kernels.py",),
-          (R + "int16_kernels.md", R + "int16_kernels.json"), 13, quick=True),
+          (R + "int16_kernels.md", R + "int16_kernels.json"), 13),
     Bench("families_transformer", ("benchmarks/families_transformer.py",),
           (R + "families_transformer.md",), 5, quick=True),
     Bench("model_families_audio", ("benchmarks/model_families.py", "--models", "audio", "--out",
                                    R + "model_families_audio"),
-          (R + "model_families_audio.md", R + "model_families_audio.json"), 5, quick=True),
+          (R + "model_families_audio.md", R + "model_families_audio.json"), 2, quick=True),
     Bench("model_families_basic_pitch",
           ("benchmarks/model_families.py", "--models", "basic_pitch", "--out",
            R + "model_families_basic_pitch"),
-          (R + "model_families_basic_pitch.md", R + "model_families_basic_pitch.json"), 12,
-          quick=True),
+          (R + "model_families_basic_pitch.md", R + "model_families_basic_pitch.json"), 6,
+          quick=True),  # its json: 249 s of job time, plus building the model
     Bench("model_families_basic_pitch_edgetpu",
           ("benchmarks/model_families.py", "--models", "basic_pitch", "--targets", "edgetpu",
            "--out", R + "model_families_basic_pitch_edgetpu"),
@@ -86,7 +92,7 @@ PLAN = [
            R + "model_families_basic_pitch_tflm.json"), 30),
     Bench("model_families", ("benchmarks/model_families.py", "--models",
                              "detector,detector_tfkeras,detector_nms"),
-          (R + "model_families.md", R + "model_families.json"), 6),
+          (R + "model_families.md", R + "model_families.json"), 8, quick=True),  # json: 390 s of jobs
     Bench("model_families_recurrent",
           ("benchmarks/model_families.py", "--models", "recurrent", "--slow", "--out",
            R + "model_families_recurrent"),
