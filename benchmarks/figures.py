@@ -143,8 +143,9 @@ def _outside(readme: str) -> list[tuple[str, str | None]]:
     """(figure, the test its paragraph names or None) for each figure outside a passage."""
     found = []
     for paragraph in BLOCK.sub("", readme).split("\n\n"):
-        # A bound (">= 0.999", "<= 4.1e-6") states a requirement, not a measurement.
-        prose = re.sub(r"(>=|<=)\s*[\d.e-]+", " ", _prose(paragraph))
+        # A bound (">= 0.999", "<= 4.1e-6", "< 0.996") states a requirement, not a measurement
+        # ("0.99 -> 0.999" is a measurement: an arrow's ">" is not a bound).
+        prose = re.sub(r"(>=|<=|(?<!-)[<>])\s*[\d.e-]+", " ", _prose(paragraph))
         test = TEST.search(paragraph)
         found += [(t, test.group(0) if test else None) for t in MEASURED.findall(prose)]
     return found

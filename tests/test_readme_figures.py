@@ -87,3 +87,10 @@ def test_every_quoted_results_file_is_regenerated_by_the_plan():
     kept = {f for f in quoted - planned
             if any(s in (stamp.stamp_of(ROOT / f) or {}).get("command", "") for s in scripts)}
     assert quoted - planned - kept == set()
+
+
+def test_a_bound_is_not_a_figure_but_an_arrow_is(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("Asserted by `tests/test_x.py`: cosine < 0.996 before, >= 0.999 after.\n\n"
+                      "Measured: 0.99523 -> 0.99962.\n")
+    assert figures.unrecorded(readme) == [("0.99523", None), ("0.99962", None)]
