@@ -90,6 +90,11 @@ PLAN = [
            "--out", R + "model_families_basic_pitch_tflm"),
           (R + "model_families_basic_pitch_tflm.md",
            R + "model_families_basic_pitch_tflm.json"), 30),
+    Bench("model_families_basic_pitch_onnx",
+          ("benchmarks/model_families.py", "--models", "basic_pitch", "--targets", "onnx",
+           "--out", R + "model_families_basic_pitch_onnx"),
+          (R + "model_families_basic_pitch_onnx.md",
+           R + "model_families_basic_pitch_onnx.json"), 4, measured=True),
     Bench("model_families", ("benchmarks/model_families.py", "--models",
                              "detector,detector_tfkeras,detector_nms"),
           (R + "model_families.md", R + "model_families.json"), 8, quick=True),  # json: 390 s of jobs
