@@ -171,6 +171,15 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def _about(args: Any) -> str:
+    return (f"{args.size}x{args.size}, weights=None with BN statistics from a training-mode "
+            f"pass; {args.calibration} calibration images, {args.heldback} held-back images "
+            "(cosine and top-1 against the float file on the target's runtime: TFLite Micro for "
+            "tflm, LiteRT for Ethos-U); Vela 5.2 ethos-u55-128 estimate for every file; 'int8 "
+            "only' and '16x8 only' are the TFLite converter, the plan is the AI Edge Quantizer's "
+            "file (rewriter.tune.mixed).")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(MODELS))
@@ -181,7 +190,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--probe", type=int, default=8)
     p.add_argument("--accuracy", type=float, default=0.99)
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "mixed_precision"))
+    p.add_argument("--summarize", metavar="JSON", help="write the .md of a run's .json (a run "
+                   "stopped early: the rows it finished), stamped with --root's commit and "
+                   "--command")
+    p.add_argument("--root", default=str(ROOT), help="the checkout the run measured")
+    p.add_argument("--command", help="the command of the run being summarised")
     args = p.parse_args(argv)
+    if args.summarize:
+        rows = json.loads(Path(args.summarize).read_text())
+        md_path = Path(args.summarize).with_suffix(".md")
+        md_path.write_text(f"# Mixed precision: int8, 16x8 and the chosen plan at cosine >= "
+                           f"{args.accuracy}\n\nRows the run finished before it was stopped "
+                           f"(see the command). {_about(args)}\n\n{table(rows)}\n")
+        stamp.stamp_files([md_path, Path(args.summarize)], "mixed_precision.py", argv,
+                          command=args.command, root=Path(args.root))
+        print(md_path.read_text())
+        return 0
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -196,11 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(one(name, target, args, Path(tmp), log))
                 Path(f"{out}.json").write_text(json.dumps(rows, indent=1))
     md = (f"# Mixed precision: int8, 16x8 and the chosen plan at cosine >= {args.accuracy}\n\n"
-          f"{args.size}x{args.size}, weights=None with BN statistics from a training-mode pass; "
-          f"{args.calibration} calibration images, {args.heldback} held-back images (cosine and "
-          f"top-1 against the float file on the target's runtime: TFLite Micro for tflm, "
-          f"LiteRT for Ethos-U); Vela 5.2 ethos-u55-128 estimate for every file. "
-          f"{time.time() - start:.0f} s.\n\n{table(rows)}\n")
+          f"{_about(args)} {time.time() - start:.0f} s.\n\n{table(rows)}\n")
     Path(f"{out}.md").write_text(md)
     stamp.stamp_files([Path(f"{out}.md"), Path(f"{out}.json")], "mixed_precision.py", argv)
     print(md)
