@@ -140,7 +140,7 @@ PLAN = [
           (R + "speed_onnx2tf.md", R + "speed_onnx2tf.json"), 20),
     Bench("zoo", ("benchmarks/zoo.py", "--full", "--size", "96", "--workdir", "/tmp/zoo_regen"),
           ("benchmarks/RESULTS.md", R + "zoo.json"), 60),
-    Bench("slow_suite", ("benchmarks/slow_suite.py",),
+    Bench("slow_suite", ("benchmarks/slow_suite.py", "--resume"),
           (R + "slow_suite.md", R + "slow_suite.json"), 240),
 ]
 # stage_memory reads the models memory_ratio builds: run memory_ratio first.

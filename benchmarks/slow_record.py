@@ -26,7 +26,10 @@ def pytest_runtest_logreport(report):
         "ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     if report.failed:
-        text = str(report.longrepr or "")
-        line["message"] = text.strip().splitlines()[-1][:300] if text.strip() else ""
+        # The exception's line ("AssertionError: ..."), else the report's last line.
+        crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", "") or ""
+        text = crash.strip() or str(report.longrepr or "").strip()
+        line["message"] = (text.splitlines()[0] if crash.strip() else
+                           text.splitlines()[-1] if text else "")[:300]
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(line) + "\n")
