@@ -94,3 +94,10 @@ def test_a_bound_is_not_a_figure_but_an_arrow_is(tmp_path):
     readme.write_text("Asserted by `tests/test_x.py`: cosine < 0.996 before, >= 0.999 after.\n\n"
                       "Measured: 0.99523 -> 0.99962.\n")
     assert figures.unrecorded(readme) == [("0.99523", None), ("0.99962", None)]
+
+
+def test_quick_plan_fits_about_thirty_minutes():
+    """`regenerate.py --quick` stays about 30 minutes on 2 idle cores (the plan's estimates)."""
+    from benchmarks.regenerate import PLAN
+
+    assert 20 <= sum(b.minutes for b in PLAN if b.quick) <= 35
