@@ -152,3 +152,12 @@ def test_accuracy_job_delivers_the_plan_int8_cannot_reach(cli, tmp_path, target)
     assert code == 0, stdout[-2000:]
     kinds = tensor_dtypes((out / "model.tflite").read_bytes())
     assert kinds.get("int16", 0) >= 1 and "float32" not in kinds
+
+
+@pytest.mark.slow  # 27 s on the shared machine (a Keras save and a job's load)
+def test_accuracy_without_an_int8_tflite_is_bad_input(cli, tmp_path):
+    _starved_keras(tmp_path / "m.keras")
+    code, _, err = cli(tmp_path / "m.keras", "--target", "onnx", "--accuracy", "0.99",
+                       "-o", tmp_path / "out")
+    assert code == 2 and "error: --accuracy searches int8/16x8 plans" in err, err
+    assert not (tmp_path / "out" / "model.onnx").exists()

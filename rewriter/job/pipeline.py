@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from rewriter.defaults import INTEGER_MODES
+from rewriter.errors import UserError
 from rewriter.ir.model import Model
 from rewriter.job.options import JobOptions
 from rewriter.job.results import Attempt, Diagnostics, Job, Retry
@@ -97,6 +98,9 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
             from rewriter.export.micro import refuse_unless_deployable
 
             refuse_unless_deployable(target.name, flag)
+    if opts.accuracy is not None and not (quantize == "int8" and target.artifact == "tflite"):
+        raise UserError(f"--accuracy searches int8/16x8 plans of a .tflite; {target.name} with "
+                        f"--quantize {quantize} has none: drop --accuracy or quantize to int8")
     steps = Steps(progress)
     with steps("check_before", "checking the model against the op table"):
         before = target.check_graph(model, quantize)

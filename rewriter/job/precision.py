@@ -119,6 +119,9 @@ def precision_plan(ctx: Any, artifact_path: Path, saved_model: str, applied: Any
         needs = [f"{op.op} ({op.scope.split(';')[0]}) has no 16x8 kernel on {target.title}"
                  for op in mq.ops if op.op not in ("QUANTIZE", "DEQUANTIZE")
                  and not target.int16_kernel(op.op)][:6]
+        if target.no_16x8():
+            needs = [f"{target.title} runs no 16x8 ({target.no_16x8()}): no mixed plan; only "
+                     "float ops on the host or a model change would"]
         better = result.best.worst > result.int8.worst and result.best.promoted
         on_chip = plan_cost.get("cpu_ops", 0) == 0
         plan = PrecisionPlan(opts.accuracy, result, bool(better and on_chip), int8_cost,
