@@ -80,6 +80,10 @@ CASES = [
      "MEAN: Reduced axis must have at most 4095 elements: observed axis 1 has 5000 elements"),
     ("slice_strides_one", "edgetpu", lambda x: x[:, ::2], (1, 8),
      "STRIDED_SLICE: Slice strides must all be 1: observed [1, 2]"),
+    ("resize_scale", "ethos-u55-128", lambda x: tf.image.resize(x, (4, 4)), (1, 16, 16, 8),
+     "RESIZE_BILINEAR: OFM height and width must be 1x/2x/4x/8x the IFM's (-1 each with "
+     "align_corners), equal or 1 per axis, unless the IFM is 1x1 or the OFM equals it (an "
+     "upscale: no downscale): observed [1, 16, 16, 8] -> [1, 4, 4, 8]"),
 ]
 
 
@@ -96,6 +100,9 @@ def test_satisfied_constraints_give_no_reason():
     fn = lambda x: tf.nn.depthwise_conv2d(x, _w(3, 3, 4, 1), [1, 2, 2, 1], "SAME")  # noqa: E731
     assert _reasons("ethos-u55-128", fn, (1, 16, 16, 4)) == []
     assert _reasons("tflm", tf.exp, (1, 8), quantize="none") == []
+    assert _reasons("ethos-u55-128", lambda x: tf.image.resize(x, (32, 32)), (1, 8, 8, 2)) == []
+    assert _reasons("ethos-u55-128", lambda x: tf.compat.v1.image.resize(
+        x, (15, 15), align_corners=True), (1, 8, 8, 2)) == []  # (15 - 1) = 2 (8 - 1)
 
 
 @pytest.fixture(scope="module")

@@ -42,6 +42,7 @@ PEERS: dict[str, tuple[str, str]] = {
     "prelu_spatial_alpha": ("decompose_prelu_pass (another problem)", "-rtpo PReLU"),
     "relu6_min_max": ("convert_to_clamp_pass", ""),
     "hard_sigmoid_min_max": ("convert_to_clamp_pass / TABLE", ""),
+    "resize_bilinear_as_avg_pool": ("decompose_unsupported_bilinear_resize_pass", ""),
     "selu_exact": ("ConvertEluFamilyToEluPass", ""),
     "softmax_mask_select": ("replace_inf_and_limit_values_pass (+-255, no statement)", ""),
     "softmax_mask_compare": ("replace_inf_and_limit_values_pass (+-255; keeps WHERE as a TOSA "
@@ -60,7 +61,6 @@ THEIRS: tuple[tuple[str, str], ...] = (
     ("ExecuTorch decompose_floor_divide, decompose_remainder", "integer division and modulo"),
     ("ExecuTorch decompose_avg_pool2d_pass, *_adaptive_avg_pool2d", "pool padding, ceil mode"),
     ("ExecuTorch decompose_large_stride_maxpool2d_for_u55", "U55 pooling limits"),
-    ("ExecuTorch decompose_unsupported_bilinear_resize_pass", "bilinear downscale as avg pool"),
     ("ExecuTorch decompose_permute_for_u55_pass", "large transposes split for U55"),
     ("ExecuTorch decompose_linalg_vector_norm, decompose_cosine_similarity", "norms"),
     ("onnx2tf -rari64 / -fasr", "ArgMax as ReduceMax or fused argmax (Edge TPU)"),
@@ -96,3 +96,4 @@ def render_rules() -> str:
               "| --- | --- |"]
     lines += [f"| {a} | {b} |" for a, b in THEIRS]
     return "\n".join(lines) + "\n"
+

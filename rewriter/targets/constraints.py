@@ -238,6 +238,22 @@ def _check_resize_sizes(f: OpFacts, _: bool) -> str | None:
     return f"{_shape_str(a)} -> {_shape_str(b)}" if a is not None and b is not None else None
 
 
+def _check_resize_scale(f: OpFacts, _: bool) -> str | None:
+    a, b = f.input_shape, f.output_shape
+    if not _known(a) or not _known(b) or len(a) != 4 or len(b) != 4:
+        return None
+    if tuple(a[1:3]) == (1, 1) or list(a) == list(b):
+        return None
+    corners = bool(f.options.get("align_corners", False))
+    scales = []
+    for i, o in ((a[1], b[1]), (a[2], b[2])):
+        i, o = (i - 1, o - 1) if corners else (i, o)
+        scales.append(o // i if i > 0 and o % i == 0 and o // i in (1, 2, 4, 8) else None)
+    if None not in scales and (scales[0] == scales[1] or 1 in scales):
+        return None
+    return f"{_shape_str(a)} -> {_shape_str(b)}" + (" (align_corners)" if corners else "")
+
+
 def _check_mean_depth(f: OpFacts, _: bool) -> str | None:
     axes = _norm_axes(f)
     s = f.input_shape
@@ -318,6 +334,9 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          _check_reshape_layout, _BOOL, "warning"),
     Kind("resize_may_not_map", "Depending on input/output size, this operation might not be "
          "mapped, to avoid loss in precision", _check_resize_sizes, _BOOL, "warning"),
+    Kind("resize_scale", "OFM height and width must be 1x/2x/4x/8x the IFM's (-1 each with "
+         "align_corners), equal or 1 per axis, unless the IFM is 1x1 or the OFM equals it "
+         "(an upscale: no downscale)", _check_resize_scale, _BOOL),
     Kind("mean_depth_reduction", "Reduction over depth is only supported if any of h, w, c is 1",
          _check_mean_depth, _BOOL),
     Kind("reduced_axis_max", "Reduced axis must have at most {max} elements",

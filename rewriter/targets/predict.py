@@ -459,6 +459,8 @@ def _node_facts(index: Any, node: Any, shapes: dict[str, Shape], consts: set[str
         if w and len(w) == 4 and w[0] is not None:
             f.kernel = (int(w[0]), int(w[1]))
     _axis_facts(index, node, data, shapes, f)
+    if "align_corners" in attrs:  # resizes: judged by Vela's scale constraint
+        f.options["align_corners"] = bool(attrs["align_corners"].b)
     if node.op == "StridedSlice":
         st = index.const_value(data[3]) if len(data) > 3 else None
         if st is not None:
