@@ -217,3 +217,24 @@ def test_an_int16_table_section_takes_one_of_ops_except_refused():
     data["int16"] = {"ops": ["ADD"], "refused": "no"}
     with pytest.raises(UserError, match="takes exactly one of ops, except, refused"):
         target_from_table(data)
+
+
+def test_rules_page_is_op_by_op_beside_the_peers_with_what_only_we_have():
+    """docs/targets/rules.md, generated from the rule registry and rule_docs.PEERS: one row per
+    TF op a rule removes, our rules (exact/bounded) beside the peers' passes for them; and the
+    rules no peer has."""
+    from rewriter.report.rule_docs import PEERS, render_rules
+    from rewriter.rules import all_rules
+
+    page = render_rules()
+    by_op = page.split("## Op by op", 1)[1].split("\n## ", 1)[0]
+    row = next(line for line in by_op.splitlines() if line.startswith("| ResizeBilinear |"))
+    assert "`resize_bilinear_as_avg_pool` (exact)" in row
+    assert "decompose_unsupported_bilinear_resize_pass" in row
+    ops = {op for r in all_rules() for op in r.fixes}
+    assert len([ln for ln in by_op.splitlines() if ln.startswith("| ") and "---" not in ln]) \
+        == len(ops) + 1  # + the header
+    ours = page.split("## What we have that they do not", 1)[1].split("\n## ", 1)[0]
+    only_ours = {r.name for r in all_rules() if PEERS.get(r.name, ("", "")) == ("", "")}
+    assert only_ours and all(f"`{name}`" in ours for name in only_ours)
+    assert "`softmax_mask_select`" not in ours  # it has an ExecuTorch counterpart

@@ -92,8 +92,31 @@ def render_rules() -> str:
         lines.append(f"| `{rule.name}` | {', '.join(sorted(rule.fixes))} | "
                      f"{', '.join(sorted(rule.emits))} | {exact} | {et} | {o2} | "
                      f"{(doc[0] if doc else '').replace('|', '/')} |")
+    lines += _by_op(all_rules())
+    lines += ["", "## What we have that they do not", "",
+              "Rules with no ExecuTorch Arm pass and no onnx2tf option found for them:", ""]
+    lines += [f"* `{r.name}`: {_first_line(r)}" for r in sorted(all_rules(), key=lambda r: r.name)
+              if PEERS.get(r.name, ("", "")) == ("", "")]
     lines += ["", "## What they have that no rule here does", "", "| Theirs | What |",
               "| --- | --- |"]
     lines += [f"| {a} | {b} |" for a, b in THEIRS]
     return "\n".join(lines) + "\n"
 
+
+def _first_line(rule: object) -> str:
+    doc = (rule.__doc__ or type(rule).__doc__ or "").strip().splitlines()
+    return (doc[0] if doc else "").replace("|", "/")
+
+
+def _by_op(rules: list) -> list[str]:
+    """One row per TF op some rule removes: our rules for it (exact or bounded) beside the peers'
+    passes and options named for those rules."""
+    lines = ["", "## Op by op", "", "| TF op | Rules here | ExecuTorch Arm | onnx2tf |",
+             "| --- | --- | --- | --- |"]
+    for op in sorted({op for r in rules for op in r.fixes}):
+        mine = sorted((r for r in rules if op in r.fixes), key=lambda r: r.name)
+        cells = [f"`{r.name}` ({'exact' if r.exact else 'bounded'})" for r in mine]
+        et = sorted({PEERS.get(r.name, ("", ""))[0] for r in mine} - {""})
+        o2 = sorted({PEERS.get(r.name, ("", ""))[1] for r in mine} - {""})
+        lines.append(f"| {op} | {', '.join(cells)} | {'; '.join(et)} | {'; '.join(o2)} |")
+    return lines
