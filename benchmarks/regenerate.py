@@ -66,6 +66,9 @@ PLAN = [
     # 8 jobs, 196 s of job time in audio_16x8.json, plus training and TF start-up.
     Bench("audio_16x8", ("benchmarks/audio_16x8.py",),
           (R + "audio_16x8.md", R + "audio_16x8.json"), 5, quick=True),
+    # 3 models x 2 targets; MobileNetV2 on one target alone took 24 min on the shared machine.
+    Bench("mixed_precision", ("benchmarks/mixed_precision.py",),
+          (R + "mixed_precision.md", R + "mixed_precision.json"), 150),
     # Not quick: no README passage quotes it (op_tables' [int16] sections cite it), and its
     # result moves with the converter / TFLite Micro / Vela versions rather than our code.
     Bench("int16_kernels", ("benchmarks/int16_kernels.py",),
