@@ -438,6 +438,7 @@ def ray_head():
             os.environ[k] = v
 
 
+@pytest.mark.slow
 def test_batch_runs_on_a_ray_cluster(ray_head, tmp_path):
     """The same jobs as Ray tasks: the same directories, reports and records; a rerun skips."""
     from rewriter.cli import main

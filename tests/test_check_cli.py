@@ -108,6 +108,7 @@ def _save_keras(tmp_path, name: str, size: int):
     return path
 
 
+@pytest.mark.slow
 def test_mobilenetv3small_edgetpu_cut_at_hard_swish(cli, tmp_path):
     path = _save_keras(tmp_path, "MobileNetV3Small", 96)
     code, out, _ = cli("check", path, "--target", "edgetpu", "--json", "-q")

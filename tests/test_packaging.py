@@ -120,6 +120,12 @@ def test_installed_docs_command_needs_an_output_directory(installed):
                 env=installed["env"])
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: no source checkout") and "--out" in proc.stderr
+
+
+@pytest.mark.slow
+def test_installed_docs_command_writes_the_pages(installed):
+    """Generating every page plans every activation on every target (tens of seconds): the
+    source checkout's pages are checked in the default run (tests/test_op_tables.py)."""
     proc = _run([str(installed["rewrite"]), "docs", "--out", "pages"], cwd=installed["work"],
                 env=installed["env"])
     assert proc.returncode == 0, proc.stderr
