@@ -193,3 +193,34 @@ def test_the_detector_and_keyword_spotter_deploy(families_built, name, target, t
     else:
         assert customs == ["ethos-u"] and report["vela"]["cpu_ops"] == 0
         assert measured == round(memory["vela"]["summary"]["sram_memory_used_kib"] * 1024)
+
+
+def test_int16_activations_bring_the_16x8_advice(tmp_path):
+    """A 16x8 file's SRAM overrun names the int16 activations and --accuracy (mixed precision:
+    int16 only where it helps); an int8 file's does not."""
+    import numpy as np
+    import tensorflow as tf
+
+    from rewriter.export.micro_memory import advice
+
+    inp = tf.keras.Input((8,), batch_size=1)
+    model = tf.keras.Model(inp, tf.keras.layers.Dense(4)(tf.keras.layers.Dense(16)(inp)))
+    rng = np.random.default_rng(0)
+
+    def representative():
+        for _ in range(4):
+            yield [rng.normal(size=(1, 8)).astype(np.float32)]
+
+    paths = {}
+    for name, ops in (("int8", tf.lite.OpsSet.TFLITE_BUILTINS_INT8),
+                      ("16x8", tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8)):
+        conv = tf.lite.TFLiteConverter.from_keras_model(model)
+        conv.optimizations = [tf.lite.Optimize.DEFAULT]
+        conv.representative_dataset = representative
+        conv.target_spec.supported_ops = [ops]
+        paths[name] = tmp_path / f"{name}.tflite"
+        paths[name].write_bytes(conv.convert())
+    wide = [r for r in advice("sram", paths["16x8"], "tflm")["reduce"] if r.startswith("16x8")]
+    assert len(wide) == 1 and "--accuracy COS" in wide[0], wide
+    assert int(wide[0].split("(")[1].split()[0]) >= 2  # the Dense outputs at least
+    assert not any(r.startswith("16x8") for r in advice("sram", paths["int8"], "tflm")["reduce"])

@@ -152,6 +152,12 @@ def advice(kind: str, artifact: str | Path, target_name: str,
                       + "): the activations scale with it")
         if target_name.startswith("ethos-u") and optimise != "Size":
             reduce.append("--optimise Size (Vela plans for less SRAM, at some speed)")
+        wide = [t for t, c in zip(layout.tensors, layout.constant)
+                if not c and t.dtype == "int16"]
+        if wide:
+            reduce.append(f"16x8 only where it helps accuracy ({len(wide)} activation tensors "
+                          "here are int16, twice an int8's bytes: --accuracy COS keeps int8 "
+                          "wherever the outputs still reach COS)")
         reduce.append("fewer channels in the layers writing the tensors above")
     else:
         largest = largest_weights(layout)
