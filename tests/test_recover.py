@@ -59,6 +59,11 @@ def test_recover_on_edgetpu_wins_back_int8_accuracy_on_held_back_inputs(cli, tmp
     assert rec["held_back"] == 8 and rec["train_samples"] == 32 and rec["epochs"] == 20
     assert rec["fake_quant"]["weights"] == 5 and rec["fake_quant"]["tensors"] > 10
     assert rec["loss"][-1] < rec["loss"][0]
+    # kept on the 8 held-back (synthetic, seed 0) inputs it never trained on, beyond the noise
+    dec = rec["decision"]
+    assert dec["kept"] and dec["samples"] == 8 and dec["source"] == "8 SYNTHETIC sample(s)"
+    assert dec["gain"] > dec["margin"] > 0 and dec["after"] > dec["before"]
+    assert dec["improved"] >= 6 and "beyond the noise" in dec["why"]
     # the artifact the job reports is the fine-tuned one, measured on the held-back inputs
     assert report["equivalence"]["artifact"]["outputs"]["logits"]["cosine"] == after["cosine"]
     assert report["data"]["verification"]["recipe"]["seed"] == 0  # synthetic, seed 0
@@ -75,8 +80,8 @@ def test_recover_on_edgetpu_wins_back_int8_accuracy_on_held_back_inputs(cli, tmp
 
 
 def test_a_fine_tuned_artifact_that_is_no_better_is_not_kept(cli, tmp_path, monkeypatch):
-    """Whatever fine-tuning returns, the job keeps the first artifact unless the new one has a
-    smaller error on the fine-tuning inputs (never judged on the held-back ones)."""
+    """Whatever fine-tuning returns, the job keeps the first artifact unless the new one is
+    better, beyond the noise, on inputs the fine-tuning never used (the held-back ones)."""
     import rewriter.tune.recover as rec_module
 
     real = rec_module.recover
@@ -104,6 +109,10 @@ def test_a_fine_tuned_artifact_that_is_no_better_is_not_kept(cli, tmp_path, monk
     assert code == 0 and rec["kept"] is False
     assert rec["train_error"][1] > rec["train_error"][0]
     assert "the first artifact was kept" in rec["notes"][-1]
+    dec = rec["decision"]
+    assert dec["kept"] is False and dec["samples"] == 8 and dec["after"] < dec["before"]
+    assert dec["gain"] < 0 and "not better on 8 inputs" in dec["why"]
+    assert "dropped: not better" in report["summary"]
     assert report["equivalence"]["artifact"]["outputs"]["logits"]["cosine"] == pytest.approx(
         rec["before"]["logits"]["cosine"])
     assert "recovered_tf" not in report["equivalence"]
@@ -153,3 +162,33 @@ def test_recover_needs_two_calibration_samples(cli, tmp_path):
     code, _, err = cli(SAMPLES["keras"], "--target", "edgetpu", "--recover", "-q",
                        "--calibration", tmp_path / "one.npy", "-o", tmp_path / "out")
     assert code == 2 and "--recover needs at least 2 calibration samples" in err
+
+
+def _outputs(cos: np.ndarray) -> dict[str, np.ndarray]:
+    """Outputs of shape (n, 2) whose per-sample cosine to [1, 0] is ``cos``."""
+    return {"y": np.stack([cos, np.sqrt(1 - cos**2)], axis=1)}
+
+
+def test_keep_or_drop_is_a_paired_test_on_enough_inputs():
+    from rewriter.tune.recover import MIN_DECISION_SAMPLES, decide
+
+    ref = {"y": np.tile([1.0, 0.0], (12, 1))}
+    before = _outputs(np.full(12, 0.90))
+    # better on every input by 0.01 (no spread): kept
+    better = decide(ref, before, _outputs(np.full(12, 0.91)), 12, "12 sample(s) of --data")
+    assert better.kept and better.n == 12 and better.improved == 12
+    assert better.gain == pytest.approx(0.01, abs=1e-9) and better.before == pytest.approx(0.9)
+    # MobileNetV2's case in issue 30: 0.901 -> 0.880, worse: dropped
+    worse = decide(ref, _outputs(np.full(12, 0.901)), _outputs(np.full(12, 0.880)), 12, "d")
+    assert not worse.kept and "not better on 12 inputs of d" in worse.why
+    # a mean gain within the noise: +0.005 on average, +-0.05 per input: dropped
+    noisy = 0.90 + 0.005 + 0.05 * np.where(np.arange(12) % 2 == 0, 1, -1)
+    within = decide(ref, before, _outputs(noisy), 12, "d")
+    assert not within.kept and 0 < within.gain < within.margin
+    assert within.margin == pytest.approx(2 * np.std(noisy - 0.9, ddof=1) / np.sqrt(12))
+    # too few inputs to tell, however large the gain
+    n = MIN_DECISION_SAMPLES - 1
+    few = decide({"y": ref["y"][:n]}, _outputs(np.full(n, 0.5)), _outputs(np.full(n, 0.99)),
+                 n, "d")
+    assert not few.kept and few.why.startswith(f"too few inputs to tell: {n} on d")
+    assert few.to_json()["min_samples"] == MIN_DECISION_SAMPLES

@@ -295,14 +295,15 @@ def _recover(ctx: _Context, attempt: Attempt, bar: Bar | None) -> tuple[Attempt,
     """One more stage: fine-tune the rewritten graph by distillation from the original (int8
     simulated for an int8 artifact, at the ranges the converter chose), then deliver it as any
     attempt is (:func:`_deliver`: SavedModel, export, verdict, run) into a candidate directory.
-    The candidate's files replace the first attempt's only when its error on the fine-tuning
-    inputs (never the held-back ones) is below the first artifact's; otherwise they are dropped
+    The candidate's files replace the first attempt's only when it is better on inputs the
+    fine-tuning never used (the verification samples), beyond the noise
+    (:func:`rewriter.tune.recover.decide`); otherwise they are dropped
     and the first attempt stands as it was, files and results. Either way the attempt returned
     describes the files on disk; its rules' proof (``tf``) is the first's."""
     import contextlib
     import shutil
 
-    from rewriter.tune.recover import float_comparison, recover
+    from rewriter.tune.recover import decide, float_comparison, recover
     from rewriter.verify.int8_layers import tensor_ranges
 
     steps, target, opts = ctx.steps, ctx.target, ctx.opts
@@ -338,20 +339,16 @@ def _recover(ctx: _Context, attempt: Attempt, bar: Bar | None) -> tuple[Attempt,
     error_after = (_train_error(ctx, out.deployment.exported.path, train, teacher, runtime)
                    if out.artifact is not None else math.inf)
     recovery.train_error = (error_before, error_after)
-    if not error_after < error_before:
+    recovery.decision = decide(ctx.reference, attempt.artifact.outputs if attempt.artifact
+                               else None, out.artifact.outputs if out.artifact else None,
+                               len(ctx.data.samples), ctx.data.basis or "the verification inputs")
+    if not recovery.decision.kept:
         recovery.kept = False
-        recovery.notes.append(
-            f"the fine-tuned artifact was not better on the fine-tuning inputs (normalised MSE "
-            f"{error_before:.3g} -> {error_after:.3g}): the first artifact was kept")
+        recovery.notes.append(f"the first artifact was kept: {recovery.decision.why}")
         shutil.rmtree(candidate, ignore_errors=True)
         return attempt, recovery
     deployment = promote(candidate, ctx.outdir, out.deployment)
     warnings = [*attempt.rewrite_warnings, *out.warnings]
-    if out.artifact is not None and attempt.artifact is not None and (
-            _worst(out.artifact) < _worst(attempt.artifact)):
-        warnings.append("--recover made the artifact worse on the held-back inputs (min cosine "
-                        f"{_worst(attempt.artifact):.5f} -> {_worst(out.artifact):.5f}); run "
-                        "without it, or with more calibration data")
     histograms = dict(attempt.diagnostics.histograms) if attempt.diagnostics else {}
     if out.histogram is not None:
         histograms["artifact"] = out.histogram
@@ -396,10 +393,6 @@ def _train_error(ctx: _Context, path: Path, train: list[dict[str, np.ndarray]],
     outs = run_samples(runner, train, [o.name for o in ctx.model.outputs])
     return float(np.mean([np.mean((outs[k] - v) ** 2) / max(float(np.var(v)), 1e-12)
                           for k, v in teacher.items()]))
-
-
-def _worst(run: ArtifactRun) -> float:
-    return min((o.cosine for o in run.comparison.outputs), default=1.0)
 
 
 def _int8_layers(ctx: _Context, path: Path, rewritten: Model) -> Int8Layers:

@@ -335,6 +335,81 @@ def _frozen(graph_def: Any, weights: Sequence[Any], variables: Sequence[Any]) ->
 
 
 # ----------------------------------------------------------------------------- the job's stage
+#: The fewest inputs the distillation never used that the keep/drop decision rests on: with
+#: fewer the job cannot tell a gain from noise, and the first artifact stays.
+MIN_DECISION_SAMPLES = 8
+#: Keep only when the mean per-sample cosine gain exceeds this many standard errors of it
+#: (paired: each input run through both artifacts; about a one-sided 98% test).
+DECISION_SE = 2.0
+
+
+@dataclass
+class Decision:
+    """Keep or drop the fine-tuned artifact, decided on inputs the distillation never used
+    (the job's verification samples: the user's --data, or the split held back from the one
+    set given, or seeded synthetic inputs disjoint from the training ones). Per input, the
+    worst output's cosine to the original, before and after; kept only when ``n`` >=
+    :data:`MIN_DECISION_SAMPLES` and the mean gain exceeds :data:`DECISION_SE` standard
+    errors of it (the margin) and is positive."""
+
+    source: str
+    n: int
+    before: float  # mean over the inputs of the worst output's cosine, first artifact
+    after: float  # the same, fine-tuned artifact
+    gain: float  # mean per-input gain (after - before)
+    standard_error: float
+    margin: float  # DECISION_SE x standard_error: what the gain must exceed
+    improved: int  # inputs whose cosine rose
+    kept: bool
+    why: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "samples": self.n, "min_samples": MIN_DECISION_SAMPLES,
+                "rule": f"keep when samples >= {MIN_DECISION_SAMPLES} and the mean per-sample "
+                        f"cosine gain > {DECISION_SE:g} x its standard error (paired)",
+                "before": self.before, "after": self.after, "gain": self.gain,
+                "standard_error": self.standard_error, "margin": self.margin,
+                "improved": self.improved, "kept": self.kept, "why": self.why}
+
+
+def _per_sample_cosine(ref: np.ndarray, out: np.ndarray, n: int) -> np.ndarray:
+    a = np.asarray(ref, np.float64).reshape(n, -1)
+    b = np.asarray(out, np.float64).reshape(n, -1)
+    dot = np.sum(a * b, axis=1)
+    norm = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    exact = np.all(a == b, axis=1)
+    cos = np.where(norm > 0, dot / np.where(norm > 0, norm, 1.0), 0.0)
+    return np.where(exact, 1.0, np.nan_to_num(cos, nan=-1.0))
+
+
+def decide(reference: Mapping[str, np.ndarray], before: Mapping[str, np.ndarray] | None,
+           after: Mapping[str, np.ndarray] | None, n: int, source: str) -> Decision:
+    """:class:`Decision` from the original's, the first artifact's and the fine-tuned
+    artifact's outputs on the same ``n`` inputs (stacked on a leading axis)."""
+    if after is None or before is None:
+        return Decision(source, n, math.nan, math.nan, math.nan, math.nan, math.nan, 0, False,
+                        "the fine-tuned artifact did not run")
+    cb = np.min([_per_sample_cosine(v, before[k], n) for k, v in reference.items()], axis=0)
+    ca = np.min([_per_sample_cosine(v, after[k], n) for k, v in reference.items()], axis=0)
+    d = ca - cb
+    gain = float(np.mean(d)) if n else math.nan
+    se = float(np.std(d, ddof=1) / math.sqrt(n)) if n > 1 else math.inf
+    margin = DECISION_SE * se
+    fig = (f"mean cosine {float(np.mean(cb)):.5f} -> {float(np.mean(ca)):.5f}, gain "
+           f"{gain:+.3g} vs margin {margin:.3g} ({DECISION_SE:g} standard errors), improved on "
+           f"{int(np.sum(d > 0))} of {n}")
+    if n < MIN_DECISION_SAMPLES:
+        kept, why = False, (f"too few inputs to tell: {n} on {source}, at least "
+                            f"{MIN_DECISION_SAMPLES} needed ({fig}); give --data with more "
+                            "samples, or more calibration samples to hold back")
+    elif gain > 0 and gain > margin:
+        kept, why = True, f"better on {n} inputs of {source} beyond the noise: {fig}"
+    else:
+        kept, why = False, (f"not better on {n} inputs of {source} beyond the noise: {fig}")
+    return Decision(source, n, float(np.mean(cb)), float(np.mean(ca)), gain, se, margin,
+                    int(np.sum(d > 0)), kept, why)
+
+
 @dataclass
 class Recovery:
     """``--recover`` in a job: the fine-tuning, and the artifact before and after it on the
@@ -346,11 +421,13 @@ class Recovery:
     float_after: Any  # metrics.Comparison: the fine-tuned float graph vs the original
     held_back: int
     notes: list[str] = field(default_factory=list)
-    kept: bool = True  # False: the fine-tuned artifact was no better, the first one stays
+    kept: bool = True  # False: dropped by the decision (not better beyond the noise)
     train_error: tuple[float, float] | None = None  # on the fine-tuning inputs, before/after
+    decision: Decision | None = None  # keep or drop, on inputs the distillation never used
 
     def to_json(self) -> dict[str, Any]:
         return {**self.result.to_json(), "held_back": self.held_back, "kept": self.kept,
+                "decision": self.decision.to_json() if self.decision else None,
                 "train_error": list(self.train_error) if self.train_error else None,
                 "before": _brief(self.before), "after": _brief(self.after),
                 "float_after": _brief_cmp(self.float_after),
@@ -362,7 +439,9 @@ class Recovery:
         parts = [f"{flag} ({self.result.epochs} epochs on {self.result.train_samples} "
                  f"samples): on {self.held_back} held-back input(s)"]
         if not self.kept:
-            parts[0] += " the fine-tuned artifact was no better, the first one is kept"
+            parts[0] += " the fine-tuned artifact was dropped, the first one is kept"
+        if self.decision is not None:
+            parts.append(("kept: " if self.kept else "dropped: ") + self.decision.why)
         for name in a:
             parts.append(f"{name}: cosine {b[name]['cosine']:.5f} -> {a[name]['cosine']:.5f}, "
                          f"max abs error {b[name]['max_abs_error']:.3g} -> "
