@@ -27,6 +27,7 @@ PEERS: dict[str, tuple[str, str]] = {
     "gelu_tanh_as_sigmoid": ("decompose_gelu_pass", ""),
     "grouped_conv_split": ("decompose_grouped_conv_pass", "-dgc"),
     "groupnorm_decompose": ("decompose_groupnorm_pass", ""),
+    "groupnorm_l2norm": ("decompose_groupnorm_pass", ""),
     "hard_swish_unfused": ("TABLE (int8)", "-rtpo HardSwish"),
     "layernorm_conv_mean": ("decompose_layernorm_pass", ""),
     "layernorm_decompose": ("decompose_layernorm_pass", ""),

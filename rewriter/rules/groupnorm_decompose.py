@@ -78,19 +78,8 @@ class GroupNormDecompose(Rule):
 
     def rewrite(self, g: GraphIndex, m: Match, b: Builder) -> str:
         ln, c, groups = m.extra["ln"], m.extra["channels"], m.extra["groups"]
-        per = c // groups
-        a = np.kron(np.eye(groups), np.full((per, per), 1.0 / per)).reshape(1, 1, c, c)
-        weights = b.const("group_average", a)
-        hw = b.const("hw_axes", np.asarray([1, 2]), dtype=np.int32)
-
-        def group_mean(ref: str, suffix: str) -> str:
-            spatial = b.op("Mean", [ref, hw], f"{suffix}_hw",
-                           attrs={"keep_dims": True, "Tidx": np.int32})
-            return b.op("Conv2D", [spatial, weights], suffix, attrs=_CONV)
-
-        x = m.inputs["x"]
-        d = b.op("Sub", [x, group_mean(x, "mean")], "centered")
-        var = group_mean(b.op("Mul", [d, d], "squared"), "variance")
+        d = group_centered(b, m.inputs["x"], c, groups)
+        var = group_mean(b, b.op("Mul", [d, d], "squared"), c, groups, "variance")
         scale = b.op("Rsqrt", [b.op("AddV2", [var, b.const("epsilon", ln.eps)], "var_eps")],
                      "rsqrt")
         if ln.gamma is not None:
@@ -101,6 +90,21 @@ class GroupNormDecompose(Rule):
             beta = np.broadcast_to(np.ravel(ln.beta), (c,)).reshape(1, 1, 1, c)
             y = b.op("AddV2", [y, b.const("beta", beta)], "shifted")
         return y
+
+
+def group_mean(b: Builder, ref: str, c: int, groups: int, suffix: str) -> str:
+    """Each channel's group mean of ``ref`` [1, H, W, C], shape [1, 1, 1, C]: a spatial MEAN,
+    then a 1x1 convolution with the block-diagonal 1/(C/G) kernel."""
+    per = c // groups
+    a = np.kron(np.eye(groups), np.full((per, per), 1.0 / per)).reshape(1, 1, c, c)
+    hw = b.const(f"{suffix}_hw_axes", np.asarray([1, 2]), dtype=np.int32)
+    spatial = b.op("Mean", [ref, hw], f"{suffix}_hw", attrs={"keep_dims": True, "Tidx": np.int32})
+    return b.op("Conv2D", [spatial, b.const(f"{suffix}_group_average", a)], suffix, attrs=_CONV)
+
+
+def group_centered(b: Builder, x: str, c: int, groups: int) -> str:
+    """``x - group_mean(x)``."""
+    return b.op("Sub", [x, group_mean(b, x, c, groups, "mean")], "centered")
 
 
 RULES = (GroupNormDecompose(),)

@@ -88,9 +88,21 @@ def l2norm_layernorm(b: Builder, x: str, shape: list[int], eps: float,
                      gamma: np.ndarray | None, beta: np.ndarray | None) -> str:
     """``sqrt(C) * slice(l2_normalize(pad(x - mean(x)) + e)) * gamma + beta`` over the last axis
     of ``x`` (static ``shape``); gamma and beta broadcast against ``shape``."""
+    c = shape[-1]
+    d = b.op("Sub", [x, channel_mean(b, x, shape)], "centered")
+    y = l2_rows(b, d, shape, eps)
+    scale = np.sqrt(float(c)) * (1.0 if gamma is None else np.asarray(gamma, np.float64))
+    y = b.op("Mul", [y, b.const("sqrt_c_gamma", scale)], "scaled")
+    if beta is not None:
+        y = b.op("AddV2", [y, b.const("beta", beta)], "shifted")
+    return y
+
+
+def l2_rows(b: Builder, d: str, shape: list[int], eps: float) -> str:
+    """``d / sqrt(sum(d^2) + C*eps)`` over the last axis of ``d`` (static ``shape``, last axis
+    C): ``slice[0:C](l2_normalize(pad(d) + e))``, exact while ``C*eps >= L2_EPS``."""
     c, rank = shape[-1], len(shape)
     last = b.const("last_axis", np.asarray([rank - 1]), dtype=np.int32)
-    d = b.op("Sub", [x, channel_mean(b, x, shape)], "centered")
     pads = np.zeros((rank, 2), np.int32)
     pads[-1, 1] = 1
     padded = b.op("Pad", [d, b.const("pad_channel", pads, dtype=np.int32)], "padded",
@@ -105,12 +117,7 @@ def l2norm_layernorm(b: Builder, x: str, shape: list[int], eps: float,
     unit = b.op("Mul", [cat, inv], "l2_normalized")
     begin = b.const("slice_begin", np.zeros(rank), dtype=np.int32)
     size = b.const("slice_size", np.asarray(shape), dtype=np.int32)
-    y = b.op("Slice", [unit, begin, size], "channels", attrs={"Index": np.int32})
-    scale = np.sqrt(float(c)) * (1.0 if gamma is None else np.asarray(gamma, np.float64))
-    y = b.op("Mul", [y, b.const("sqrt_c_gamma", scale)], "scaled")
-    if beta is not None:
-        y = b.op("AddV2", [y, b.const("beta", beta)], "shifted")
-    return y
+    return b.op("Slice", [unit, begin, size], "channels", attrs={"Index": np.int32})
 
 
 RULES = (LayerNormL2Norm(),)
