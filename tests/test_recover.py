@@ -192,3 +192,22 @@ def test_keep_or_drop_is_a_paired_test_on_enough_inputs():
                  n, "d")
     assert not few.kept and few.why.startswith(f"too few inputs to tell: {n} on d")
     assert few.to_json()["min_samples"] == MIN_DECISION_SAMPLES
+
+
+@pytest.mark.slow  # ~60 s: a 20-epoch fine-tuning and two Edge TPU compilations
+def test_recover_is_the_accuracy_search_s_last_move(cli, tmp_path):
+    """--accuracy on the Edge TPU (int8 only: no 16x8 promotion exists): the search's last move
+    is --recover, kept on the held-back inputs and meeting the target (measured: int8 worst
+    cosine 0.995, fine-tuned 0.9996)."""
+    model = _convbn_elu(tmp_path / "net.keras")
+    code, out, _ = cli(model, "--target", "edgetpu", "--accuracy", "0.999", "-o",
+                       tmp_path / "out", "--json")
+    report = json.loads(out)
+    prec, rec = report["precision"], report["recover"]
+    assert min(prec["int8"]["accuracy"].values()) < 0.999
+    assert prec["plan"]["promoted"] == 0 and not prec["delivered"]
+    assert prec["recover"]["kept"] and prec["recover"]["worst"] >= 0.999, prec["recover"]
+    assert prec["met"] and code == 0 and report["ok"]
+    assert rec["decision"]["kept"] and rec["decision"]["samples"] == 8
+    assert any("then --recover, the search's last move: kept" in w for w in report["warnings"])
+    assert report["equivalence"]["artifact"]["outputs"]["logits"]["cosine"] >= 0.999

@@ -140,6 +140,12 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
                                         _policy(opts))
         if run is not None:
             attempt.artifact = run
+        if (not precision.met and recovery is None and attempt.deployment is not None
+                and attempt.deployment.exported.ok):
+            # the search's last move: distillation, kept only when better beyond the noise on
+            # the verification inputs (rewriter.tune.recover.decide)
+            attempt, recovery = _recover(ctx, attempt, bar)
+            precision.after_recover(recovery, attempt.artifact)
         attempt.warnings.append(precision.describe())
     package = None
     if ((opts.deploy or opts.sram_kb or opts.flash_kb) and until == "all"

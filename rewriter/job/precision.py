@@ -32,15 +32,30 @@ class PrecisionPlan:
     int8_file: dict[str, Any]
     plan_file: dict[str, Any]
     needs: list[str] = field(default_factory=list)
+    #: The search's last move when promotions did not reach the target: ``--recover``'s
+    #: distillation (``{kept, why, worst}``; None: not tried).
+    recover: dict[str, Any] | None = None
 
     @property
     def met(self) -> bool:
-        return bool(self.result.met)
+        return bool(self.result.met) or bool(self.recover and self.recover["met"])
+
+    def after_recover(self, recovery: Any, run: Any) -> None:
+        """Record the ``--recover`` move; when kept, its file replaced the plan's."""
+        worst = min((o.cosine for o in run.comparison.outputs), default=0.0) if run else 0.0
+        kept = bool(recovery.kept)
+        self.recover = {"kept": kept, "worst": float(worst) if kept else None,
+                        "met": kept and worst >= self.target,
+                        "why": recovery.decision.why if recovery.decision else
+                        "the fine-tuned artifact did not run"}
+        if kept:
+            self.delivered = False
 
     def to_json(self) -> dict[str, Any]:
         out = self.result.to_json()
         out.update(delivered=self.delivered, int8_file=self.int8_file,
-                   plan_file=self.plan_file, would_reach=self.needs)
+                   plan_file=self.plan_file, would_reach=self.needs, recover=self.recover,
+                   met=self.met)
         return out
 
     def describe(self) -> str:
@@ -52,6 +67,12 @@ class PrecisionPlan:
         cost = ", ".join(f"{k} {self.int8_file.get(k)} -> {v}" for k, v in self.plan_file.items()
                          if k in ("vela_ms", "sram_kib", "size_kib", "cpu_ops"))
         tail = "" if r.met else f"; would reach it: {'; '.join(self.needs) or 'nothing tried'}"
+        if self.recover is not None:
+            rec = self.recover
+            tail += ("; then --recover, the search's last move: "
+                     + (f"kept (worst output cosine {rec['worst']:.4f}, "
+                        f"{'met' if rec['met'] else 'not met'}): " if rec["kept"] else
+                        "dropped: ") + rec["why"])
         return f"{head}; cost {cost}{tail}"
 
 

@@ -127,7 +127,12 @@ class MixedQuantizer:
         """The ``.tflite`` of a plan: ``precisions`` maps op scopes to ``16x8``/``float``; every
         other op int8 (int8 input/output)."""
         self._q.load_quantization_recipe(recipe(precisions))
-        return bytes(self._q.quantize(self._stats).quantized_model)
+        import contextlib
+        import sys
+
+        # the quantizer prints its model sizes on stdout, which --json keeps for the report
+        with contextlib.redirect_stdout(sys.stderr):
+            return bytes(self._q.quantize(self._stats).quantized_model)
 
     def close(self) -> None:
         self._tmp.cleanup()
