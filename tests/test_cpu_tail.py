@@ -85,3 +85,21 @@ def test_no_tail_where_the_exported_file_runs_the_post_processing(nms_v5, tmp_pa
     code, _, _ = cli("run", nms_v5, "--target", "onnx", "-o", tmp_path, "-q")
     report = json.loads((tmp_path / "report.json").read_text())
     assert code == 0 and "cpu_tail" not in report
+
+
+def test_a_keras3_argmax_head_tail_starts_above_its_signed_zero_prologue(tmp_path):
+    """Keras 3 ``ops.argmax`` brings Bitcast/BitwiseAnd/Equal/Less/LogicalAnd/SelectV2 ahead of
+    the ArgMax; the Edge TPU runs none, and only the arg-max reads them: the tail takes them, and
+    ``--outputs`` ends the model at the logits (the convolution), all placed before it."""
+    import keras
+
+    from rewriter.testing import model_from_keras
+
+    x = keras.Input((8, 8, 3), batch_size=1)
+    logits = keras.layers.Conv2D(4, 1, name="logits")(x)
+    model = model_from_keras(keras.Model(x, keras.ops.argmax(logits, axis=-1)))
+    tail = cpu_tail(model, load_target("edgetpu").check_graph(model, "int8"))
+    assert tail is not None and tail.accelerator_part_ok, tail and tail.to_json()
+    assert {"ArgMax", "Bitcast", "SelectV2"} <= set(tail.ops), tail.ops
+    [end] = tail.ends_at
+    assert "logits" in end and tail.hint == f"--outputs {end.removesuffix(':0')}"

@@ -164,3 +164,23 @@ def test_top1_agreement_of_classifier_outputs_and_its_criterion():
                        min_top1=0.8).outputs[0].ok
     image = np.ones((2, 1, 4, 4, 3))
     assert compare({"f": image}, {"f": image}).outputs[0].top1_agreement is None
+
+
+def test_an_index_map_is_judged_by_index_agreement_not_cosine():
+    """An integer output (an arg-max class per pixel) compared against a cosine passes on the
+    share of equal indices (>= MIN_INDEX_AGREEMENT): class numbers have no cosine. Exact
+    comparisons (no cosine) still count every differing index as a mismatch."""
+    from rewriter.verify.metrics import MIN_INDEX_AGREEMENT
+
+    ref = np.zeros((2, 1, 10, 10), np.int64)
+    ref[:, :, :5] = 3
+    test = ref.copy()
+    test[0, 0, 0, 0] = 1  # 1 of 200 pixels differs: agreement 0.995
+    [o] = compare({"m": ref}, {"m": test}, atol=math.inf, rtol=0.0, min_cosine=0.999).outputs
+    assert o.index_agreement == 0.995 and o.ok and o.min_cosine is None
+    assert o.min_index_agreement == MIN_INDEX_AGREEMENT == 0.99 and o.top1_agreement is None
+    test[0, 0, 1, :2] = 0  # 3 of 200 differ: 0.985
+    [o] = compare({"m": ref}, {"m": test}, atol=math.inf, rtol=0.0, min_cosine=0.999).outputs
+    assert o.index_agreement == 0.985 and not o.ok
+    [o] = compare({"m": ref}, {"m": test}).outputs
+    assert o.index_agreement is None and o.mismatched == 3 and not o.ok

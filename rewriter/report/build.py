@@ -220,13 +220,20 @@ def summary(report: dict[str, Any], attempt: Attempt, synthetic: bool, data: str
 
 def _top1(cmp: Comparison) -> str:
     """``; top-1 agreement 0.969 (the criterion: >= 0.95)`` for classifier outputs, or ""."""
+    index = [o for o in cmp.outputs if o.index_agreement is not None]
+    text = ""
+    if index:
+        low = min(index, key=lambda o: o.index_agreement or 0.0)
+        text = (f"; index agreement of {low.name} {low.index_agreement:.4f} (share of equal "
+                f"arg-max indices, the criterion: >= {low.min_index_agreement:g}; cosine not "
+                f"judged)")
     agree = [o for o in cmp.outputs if o.top1_agreement is not None]
     if not agree:
-        return ""
+        return text
     worst = min(agree, key=lambda o: o.top1_agreement or 0.0)
     judged = (f", the criterion: >= {worst.min_top1:g}; cosine not judged"
               if worst.min_top1 is not None else "")
-    return f"; top-1 agreement {worst.top1_agreement:.3f}{judged}"
+    return f"{text}; top-1 agreement {worst.top1_agreement:.3f}{judged}"
 
 
 def _degenerate(cmp: Comparison) -> str:

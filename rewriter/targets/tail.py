@@ -77,7 +77,7 @@ def cpu_tail(model: Model, check: GraphCheck) -> CpuTail | None:
     if not first:
         return None
     tail = _descendants(g, first)
-    _absorb_layout(g, tail)
+    _absorb_layout(g, tail, {v.node for v in check.verdicts if not v.supported})
     ends_at: list[str] = []
     for name in list(g.nodes):
         if name not in tail:
@@ -106,8 +106,11 @@ def _descendants(g: GraphIndex, start: list[str]) -> set[str]:
     return seen
 
 
-def _absorb_layout(g: GraphIndex, tail: set[str]) -> None:
-    """Move the tail's start above layout-only producers that only the tail reads."""
+def _absorb_layout(g: GraphIndex, tail: set[str], unsupported: set[str]) -> None:
+    """Move the tail's start above layout-only producers that only the tail reads, and above
+    producers the target cannot run that only the tail reads (Keras 3 ``argmax``'s -0.0
+    prologue: Bitcast, BitwiseAnd, Equal, Less, LogicalAnd, SelectV2 before the ArgMax), so
+    ``--outputs`` ends the model where the target can run everything before it."""
     changed = True
     while changed:
         changed = False
@@ -115,7 +118,8 @@ def _absorb_layout(g: GraphIndex, tail: set[str]) -> None:
             for ref in g[name].input:
                 src = parse_input(ref)[0]
                 node = g.nodes.get(src)
-                if (node is None or src in tail or node.op not in _LAYOUT_OPS
+                if (node is None or src in tail
+                        or (node.op not in _LAYOUT_OPS and src not in unsupported)
                         or any(c.name not in tail for c in g.consumers(src))):
                     continue
                 tail.add(src)

@@ -46,6 +46,10 @@ EPS = 1e-6
 DEGENERATE_SCALE = 1e-6
 DEFAULT_RTOL = EXACT_RTOL
 DEFAULT_ATOL_SCALE = EXACT_RTOL
+#: An integer index map (an ARG_MAX output: a class per pixel) judged against a cosine passes
+#: when at least this share of its indices equals the reference's; a cosine of class numbers
+#: means nothing.
+MIN_INDEX_AGREEMENT = 0.99
 
 Tol = float | Mapping[str, float] | None
 
@@ -83,6 +87,10 @@ class OutputMetrics:
     top1_agreement: float | None = None
     #: The pass criterion when it is top-1 agreement (``--min-top1``) instead of cosine.
     min_top1: float | None = None
+    #: Integer outputs (arg-max index maps) judged against a cosine: the share of equal
+    #: indices, and the criterion that replaces the cosine (:data:`MIN_INDEX_AGREEMENT`).
+    index_agreement: float | None = None
+    min_index_agreement: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {k: _finite(v) for k, v in asdict(self).items()}
@@ -187,6 +195,7 @@ def compare_arrays(name: str, ref: np.ndarray, test: np.ndarray, atol: float, rt
                    min_cosine: float | None = None,
                    min_top1: float | None = None) -> OutputMetrics:
     """The metrics of one output; a shape mismatch compares nothing and fails."""
+    integer = np.issubdtype(np.asarray(ref).dtype, np.integer)
     r = np.asarray(ref, dtype=np.float64)
     t = np.asarray(test, dtype=np.float64)
     note = ""
@@ -216,8 +225,12 @@ def compare_arrays(name: str, ref: np.ndarray, test: np.ndarray, atol: float, rt
         nonfinite_mismatch=nonfinite_bad, ref_nan=int(np.isnan(r).sum()),
         ref_inf=int(np.isinf(r).sum()), test_nan=int(np.isnan(t).sum()),
         test_inf=int(np.isinf(t).sum()), min_cosine=min_cosine, note=note)
-    m.top1_agreement = top1_agreement(r, t)
-    if min_top1 is not None and m.top1_agreement is not None:
+    m.top1_agreement = None if integer else top1_agreement(r, t)
+    if integer and min_cosine is not None and r.size > 1:
+        m.index_agreement = float(np.mean(r == t))
+        m.min_index_agreement, m.min_cosine = MIN_INDEX_AGREEMENT, None
+        m.ok = m.index_agreement >= MIN_INDEX_AGREEMENT
+    elif min_top1 is not None and m.top1_agreement is not None:
         m.min_top1, m.min_cosine = min_top1, None
         m.ok = m.mismatched == 0 and m.top1_agreement >= min_top1
     else:
