@@ -57,9 +57,10 @@ def test_shards_at_the_same_code_add_up_and_resume_skips_what_they_recorded(tmp_
     both = _summary(out)
     assert both["counts"] == {"passed": 2, "failed": 1} and both["not_run"] == []
     assert len(both["shards"]) == 2
-    second = json.loads((out / slow_suite.SHARDS / both["shards"][1]["file"])
-                        .read_text().splitlines()[0])["shard"]
-    rows = (out / slow_suite.SHARDS / both["shards"][1]["file"]).read_text().splitlines()[1:]
+    # Both shards may carry the same date (to the second): pick the new one by name.
+    [later] = [s["file"] for s in both["shards"] if s["file"] != first["shards"][0]["file"]]
+    second = json.loads((out / slow_suite.SHARDS / later).read_text().splitlines()[0])["shard"]
+    rows = (out / slow_suite.SHARDS / later).read_text().splitlines()[1:]
     assert sorted(json.loads(r)["test"] for r in rows) == ["tests/test_a.py::test_bad",
                                                            "tests/test_a.py::test_ok"]
     assert second["wall_seconds"] > 0

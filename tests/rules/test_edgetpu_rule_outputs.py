@@ -109,6 +109,12 @@ SAMPLES: dict[str, tuple[Callable[[], Any], tuple[float, float], int]] = {
     "cumsum_as_conv1x1": (_fn(lambda x: tf.math.cumsum(x, axis=1), (1, 16, 8)), (-1.0, 1.0), 0),
     # the rows and columns regrouped by rank-3 reshapes: three "might not be mapped" RESHAPEs
     "strided_slice_unit_steps": (_fn(lambda x: x[:, ::2, ::2, :] * 2.0), (-1.0, 1.0), 3),
+    # Keras GroupNormalization, 4 groups of 2 channels: each group's elements as one row, and
+    # back (four regrouping reshapes: "might not be mapped")
+    "groupnorm_l2norm": (_seq(lambda L: [L.GroupNormalization(groups=4)]), (-3.0, 3.0), 4),
+    # a 4x bilinear downscale (half-pixel centres, TF's default) as average pools
+    "resize_bilinear_as_avg_pool": (_fn(lambda x: tf.image.resize(x, (2, 2)), (1, 8, 8, 8)),
+                                    (-1.0, 1.0), 0),
 }
 
 
