@@ -21,23 +21,40 @@ from rewriter.verify.tflm import TflmRunner, tflm_available
 TARGET = 0.999
 
 
-@pytest.fixture(scope="module")
-def starved(tmp_path_factory):
+def _starved_keras():
+    """The module docstring's model (one definition for every test here)."""
     import keras
-    import tensorflow as tf
 
     rng = np.random.default_rng(0)
     inp = keras.Input((16,), batch_size=1)
     d1 = keras.layers.Dense(8, name="wide")
     d2 = keras.layers.Dense(4, name="reader")
-    out = keras.layers.Dense(3, name="head")(d2(d1(inp)))
-    km = keras.Model(inp, out)
+    km = keras.Model(inp, keras.layers.Dense(3, name="head")(d2(d1(inp))))
     k1 = rng.normal(0, 0.3, (16, 8))
     k1[:, 7] *= 100.0
     k2 = rng.normal(0, 1.0, (8, 4))
     k2[7] = 0.0
     d1.set_weights([k1.astype(np.float32), np.zeros(8, np.float32)])
     d2.set_weights([k2.astype(np.float32), np.zeros(4, np.float32)])
+    return km
+
+
+@pytest.fixture(scope="module")
+def starved_keras(tmp_path_factory):
+    """The model saved once as ``.keras`` (the job's input), with the Keras model."""
+    km = _starved_keras()
+    path = tmp_path_factory.mktemp("starved") / "m.keras"
+    km.save(path)
+    return km, path
+
+
+@pytest.fixture(scope="module")
+def starved(tmp_path_factory, starved_keras):
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    rng.normal(size=16 * 8 + 8 * 4)  # the draws of the weights: the samples follow them
+    km = starved_keras[0]
     data = bytes(tf.lite.TFLiteConverter.from_keras_model(km).convert())
     tmp = tmp_path_factory.mktemp("mixed")
     (tmp / "float.tflite").write_bytes(data)
@@ -114,33 +131,15 @@ def test_a_float_op_is_left_float(starved):
     assert float_ops(mq.build({wide: "float"})) == ["FULLY_CONNECTED"]
 
 
-def _starved_keras(path):
-    import keras
-
-    rng = np.random.default_rng(0)
-    inp = keras.Input((16,))
-    d1 = keras.layers.Dense(8, name="wide")
-    d2 = keras.layers.Dense(4, name="reader")
-    km = keras.Model(inp, keras.layers.Dense(3, name="head")(d2(d1(inp))))
-    k1 = rng.normal(0, 0.3, (16, 8))
-    k1[:, 7] *= 100.0
-    k2 = rng.normal(0, 1.0, (8, 4))
-    k2[7] = 0.0
-    d1.set_weights([k1.astype(np.float32), np.zeros(8, np.float32)])
-    d2.set_weights([k2.astype(np.float32), np.zeros(4, np.float32)])
-    km.save(path)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["tflm", "ethos-u55-128"])
-def test_accuracy_job_delivers_the_plan_int8_cannot_reach(cli, tmp_path, target):
+def test_accuracy_job_delivers_the_plan_int8_cannot_reach(cli, tmp_path, target, starved_keras):
     import json
 
-    _starved_keras(tmp_path / "m.keras")
     np.save(tmp_path / "cal.npy", np.random.default_rng(1).normal(size=(256, 16))
             .astype(np.float32))
     out = tmp_path / "out"
-    code, stdout, _ = cli(tmp_path / "m.keras", "--target", target, "--calibration",
+    code, stdout, _ = cli(starved_keras[1], "--target", target, "--calibration",
                           tmp_path / "cal.npy", "--accuracy", "0.999", "-o", out, "--json")
     report = json.loads((out / "report.json").read_text())
     prec = report["precision"]
@@ -155,9 +154,8 @@ def test_accuracy_job_delivers_the_plan_int8_cannot_reach(cli, tmp_path, target)
 
 
 @pytest.mark.slow  # 27 s on the shared machine (a Keras save and a job's load)
-def test_accuracy_without_an_int8_tflite_is_bad_input(cli, tmp_path):
-    _starved_keras(tmp_path / "m.keras")
-    code, _, err = cli(tmp_path / "m.keras", "--target", "onnx", "--accuracy", "0.99",
+def test_accuracy_without_an_int8_tflite_is_bad_input(cli, tmp_path, starved_keras):
+    code, _, err = cli(starved_keras[1], "--target", "onnx", "--accuracy", "0.99",
                        "-o", tmp_path / "out")
     assert code == 2 and "error: --accuracy searches int8/16x8 plans" in err, err
     assert not (tmp_path / "out" / "model.onnx").exists()

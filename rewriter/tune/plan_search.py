@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from rewriter.tune.mixed import MixedQuantizer
+from rewriter.verify.metrics import top1_agreement
 
 
 @dataclass
@@ -68,14 +69,16 @@ def cosine(r: np.ndarray, t: np.ndarray) -> float:
 
 def accuracy(ref: Sequence[Mapping[str, np.ndarray]], test: Sequence[Mapping[str, np.ndarray]]
              ) -> tuple[dict[str, float], dict[str, float]]:
-    """Cosine per output over every sample; top-1 agreement for outputs shaped [1, classes]."""
+    """Cosine per output over every sample; top-1 agreement for classifier outputs (the one
+    definition, :func:`rewriter.verify.metrics.top1_agreement`)."""
     cos, top1 = {}, {}
     for name in ref[0]:
         r = np.stack([np.asarray(s[name]) for s in ref])
         t = np.stack([np.asarray(s[name]) for s in test])
         cos[name] = cosine(r, t)
-        if r.ndim == 3 and r.shape[1] == 1 and r.shape[2] > 1:
-            top1[name] = float(np.mean(r.argmax(-1) == t.argmax(-1)))
+        agree = top1_agreement(r, t)
+        if agree is not None:
+            top1[name] = agree
     return cos, top1
 
 
