@@ -96,14 +96,19 @@ def placement_overlay(verdicts: Sequence[OpVerdict], graph: str, cut: dict | Non
     """Where each op of the file runs, with the reason when it is not plainly on the chip."""
     ov = Overlay("placement", graph, categorical=True)
     for i, v in enumerate(verdicts):
-        if v.placement == "none":
-            continue
-        kind = placement_of(v)
-        why = v.warning if kind == MAY_NOT_MAP else v.reason
-        if kind == AFTER_CUT and cut:
-            why = f"the cut is at {cut.get('op')} ({cut.get('node')})"
-        ov.set(i, f"{kind}: {why}" if why and kind != ACCELERATOR else kind, COLOURS[kind])
+        if v.placement != "none":
+            ov.set(i, *_placement_label(v, cut))
     return ov
+
+
+def _placement_label(v: OpVerdict, cut: dict | None) -> tuple[str, str]:
+    """(label, colour) of one verdict: its category, with the reason when it is not plainly on
+    the chip (after the cut: where the cut is)."""
+    kind = placement_of(v)
+    why = v.warning if kind == MAY_NOT_MAP else v.reason
+    if kind == AFTER_CUT and cut:
+        why = f"the cut is at {cut.get('op')} ({cut.get('node')})"
+    return (f"{kind}: {why}" if why and kind != ACCELERATOR else kind), COLOURS[kind]
 
 
 def rule_text(r: dict[str, Any]) -> str:
@@ -268,11 +273,7 @@ def graph_check_overlays(graph_def: GraphDef, verdicts: Sequence[OpVerdict],
         i = index.get(v.node)
         if i is None or v.placement == "none":
             continue
-        kind = placement_of(v)
-        why = v.warning if kind == MAY_NOT_MAP else v.reason
-        if kind == AFTER_CUT and cut:
-            why = f"the cut is at {cut.get('op')} ({cut.get('node')})"
-        place.set(i, f"{kind}: {why}" if why and kind != ACCELERATOR else kind, COLOURS[kind])
+        place.set(i, *_placement_label(v, cut))
         if not v.supported:
             rule = fixes.get(v.op)
             fix.set(i, f"{rule} fixes {v.op}" if rule else f"no rule fixes {v.op}",
