@@ -87,18 +87,23 @@ def plain(case: Path) -> dict[str, Any]:
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "zoo_tools.py"),
                            "plain-tflite", str(case), str(out)], capture_output=True, text=True,
                           env={**_env(), "ZOO_QUIET": "1"})
+    return _result(proc)
+
+
+def _result(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """zoo_tools' JSON line, or what the dead tool did (``crashed (SIGSEGV)``, its exception
+    line; benchmarks/failure.py), never the tail of its log."""
+    from benchmarks import failure
+
     lines = proc.stdout.strip().splitlines()
-    return json.loads(lines[-1]) if lines else {"ok": False, "error": _failure(proc)}
-
-
-def _failure(proc: subprocess.CompletedProcess[str]) -> str:
-    """A dead converter in a few words: the signal, or its last error line."""
-    if proc.returncode < 0:
-        import signal
-
-        return f"died with {signal.Signals(-proc.returncode).name}"
-    errors = [ln.strip() for ln in proc.stderr.splitlines() if "Error" in ln]
-    return (errors or [f"exit {proc.returncode}"])[-1][:200]
+    if proc.returncode == 0 and lines:
+        try:
+            res = json.loads(lines[-1])
+        except ValueError:
+            res = None
+        if isinstance(res, dict):
+            return res if res.get("ok") else {**res, "error": failure.clean(res.get("error"))}
+    return {"ok": False, "error": failure.describe(proc.returncode, proc.stderr)}
 
 
 def onnx2tf(case: Path, exe: str) -> dict[str, Any]:
@@ -115,8 +120,7 @@ def onnx2tf(case: Path, exe: str) -> dict[str, Any]:
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "zoo_tools.py"),
                            "plain-onnx", str(case), str(out / "plain.onnx")], capture_output=True,
                           text=True, env={**_env(), "ZOO_QUIET": "1"})
-    lines = proc.stdout.strip().splitlines()
-    exported = json.loads(lines[-1]) if lines else {"ok": False, "error": proc.stderr[-300:]}
+    exported = _result(proc)
     if not exported.get("ok"):
         res = {"ok": False, "error": f"tf2onnx: {exported.get('error')}"}
     else:
@@ -137,7 +141,9 @@ def job(case: Path, target: str) -> dict[str, Any]:
                                "--data", str(case / info["data"]), "-o", str(out), "-q",
                                "--no-vela"], capture_output=True, text=True, env=_env())
         if proc.returncode not in (0, 1):
-            return {"ok": False, "error": (proc.stderr.strip().splitlines() or ["?"])[-1][:300]}
+            from benchmarks import failure
+
+            return {"ok": False, "error": failure.describe(proc.returncode, proc.stderr)}
         seconds = round(time.perf_counter() - start, 1)
     else:
         seconds = None
@@ -166,6 +172,10 @@ def judge(path: str, config: str, system: str) -> dict[str, Any]:
 
 
 def render(rows: list[dict[str, Any]]) -> str:
+    """The results table. A side that has no file (a converter that crashed or failed) shows
+    the reason in its ops cell and ``-`` for its time; no ratio is taken against it."""
+    from benchmarks import failure
+
     lines = ["# Speed on Ethos-U: the plain converter's file and the job's artifact, by Vela", "",
              "NPU ms: Vela's per-layer cycles at the system config's clock (they add up to its "
              "`inference_time`). Host ms: the ops Vela leaves on the CPU, a lower bound at the "
@@ -185,8 +195,8 @@ def render(rows: list[dict[str, Any]]) -> str:
         p, j = r.get("plain") or {}, r.get("job") or {}
 
         def cell(d: dict[str, Any]) -> tuple[str, str]:
-            if d.get("npu_ms") is None:
-                return "n/a", str(d.get("error", "n/a")).replace("|", "/")[:120]
+            if d.get("npu_ms") is None:  # no file or no estimate: the reason, never a log
+                return failure.clean(d.get("error") or "no estimate"), "-"
             return (f"{d['npu_ops']} / {d['cpu_ops']}",
                     f"{d['npu_ms']:.3f} + {d['host_ms']:.3f} = {d['total_ms']:.3f}")
         pc, jc = cell(p), cell(j)
@@ -204,7 +214,9 @@ def render(rows: list[dict[str, Any]]) -> str:
 
 def goal(p: dict[str, Any], j: dict[str, Any]) -> str:
     """Issue 29's bar: total <= plain's, NPU <= 1.05x plain's where plain has no CPU op."""
-    if p.get("total_ms") is None or j.get("total_ms") is None:
+    if p.get("total_ms") is None:
+        return "n/a (no plain file)" if p.get("error") else "n/a"
+    if j.get("total_ms") is None:
         return "n/a"
     ok = j["total_ms"] <= p["total_ms"] * 1.0005  # Vela prints to the microsecond
     if not p.get("cpu_ops"):
@@ -232,8 +244,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             case = build(name, args.size, args.workdir)
         except subprocess.CalledProcessError as exc:
+            from benchmarks import failure
+
+            why = failure.describe(exc.returncode, (exc.stderr or b"").decode(errors="replace"))
             rows.extend({"model": name, "config": c, "system": "-", "rules": [],
-                         "plain": {"error": f"build failed: {exc}"}, "job": {}} for c in configs)
+                         "plain": {"error": f"build {why}"}, "job": {}} for c in configs)
             md, js = write(rows, names[i + 1:], args, argv)
             continue
         base = plain(case)

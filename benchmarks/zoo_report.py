@@ -114,9 +114,9 @@ def status(base: dict[str, Any] | None) -> str:
 
 def _why(base: dict[str, Any]) -> str:
     """``: <why the failing step failed>`` (shortened), or nothing: the signal that killed it,
-    else its last ``...Error: ...`` line, else its last line that is not a TF log line."""
-    import re
-    import signal
+    else its first ``...Error: ...`` line, else its exit code (benchmarks/failure.py: never a
+    line of its log)."""
+    from benchmarks import failure
 
     steps = base.get("attempts") or [base]
     if len(steps) > 1:  # onnx2tf: why each backend failed
@@ -126,7 +126,7 @@ def _why(base: dict[str, Any]) -> str:
         code = step.get("exit")
         err = (step.get("result") or {}).get("error")
         if code in (0, "0") and err:  # the tool ran to the end and said why it failed
-            return ": " + str(err)[:120].replace("|", "/")
+            return ": " + failure.clean(err)[:120]
         if code in (0, None, "0"):
             continue
         try:
@@ -134,19 +134,11 @@ def _why(base: dict[str, Any]) -> str:
         except (TypeError, ValueError):
             code = 1
         if code < 0:
-            try:
-                return f": died with {signal.Signals(-code).name}"
-            except ValueError:
-                return f": died with signal {-code}"
+            return ": " + failure.describe(code)
         if step.get("errors"):  # the first error line of its whole stderr (zoo.measured)
-            return ": " + step["errors"][0][:120].replace("|", "/")
-        lines = [ln.strip() for ln in str(step.get("stderr") or "").splitlines()
-                 if ln.strip() and not re.match(r"^([IWEF]\d{4} |WARNING: All log messages)",
-                                                ln.strip())]
-        errors = [ln for ln in lines if re.search(r"\w+(Error|Exception): ", ln)]
-        text = (errors or lines or [""])[-1]
-        if text:
-            return ": " + text[:120].replace("|", "/")
+            return ": " + failure.clean(step["errors"][0])[:120]
+        text = failure.describe(code, str(step.get("stderr") or ""))
+        return ": " + text[:120].replace("|", "/")
     return ""
 
 
