@@ -18,15 +18,26 @@ test that measured it (an open item, :func:`unrecorded`).
 Backquoted text (commands, paths) and
 HTML comments are not figures. :func:`stale` lists the files whose code changed since their
 stamp's commit.
+
+A passage quoting a stale file says so where a reader sees it: the words ``measured at COMMIT,
+stale: code changed since`` with that file's commit (7 hex digits), outside HTML comments;
+:func:`check` fails when the mark is missing, and when a passage keeps it for a commit none of
+its files is stale at (the file was regenerated, or the code is back). :func:`mark` (``python
+benchmarks/figures.py --mark``) rewrites README.md's mark lines (:data:`MARK_LINE`) to match:
+run it after a change to ``rewriter/`` or ``op_tables/`` makes files stale, or after
+regenerating them (``benchmarks/regenerate.py`` runs it).
 """
 
 from __future__ import annotations
 
 import bisect
 import re
+import sys
 from pathlib import Path
 
-from benchmarks import stamp
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import stamp  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"^<!-- figures: (?P<files>[^>\n]*?) -->(?P<body>.*?)^<!-- /figures -->",
@@ -45,6 +56,10 @@ MEASURED = re.compile(r"(?<![\w.])(\d+\.\d{3,}|\d+\.\d+e-\d+)(?![\w])")
 # that names the test which measured it (``tests/....py``): an open item (:func:`unrecorded`
 # lists them; give each a results file and a passage).
 TEST = re.compile(r"tests/[\w/]+\.py")
+
+STALE = re.compile(r"measured at `?([0-9a-f]{7})[0-9a-f]*`?, stale: code changed since", re.I)
+# The line :func:`mark` writes after a passage's opening marker, one per stale commit.
+MARK_LINE = re.compile(r"^_Measured at `?[0-9a-f]{7}`?, stale: code changed since .*_$")
 
 
 def _prose(text: str) -> str:
@@ -107,7 +122,41 @@ def passages(readme: str) -> list[tuple[list[str], str, int]]:
             for m in BLOCK.finditer(readme)]
 
 
-def check(readme_path: Path = ROOT / "README.md", root: Path = ROOT) -> list[str]:
+def _staleness(files: list[str], root: Path, repo: Path) -> dict[str, tuple[str, str | None]]:
+    """{file: (its commit's 7 digits, why it is stale or None)} for the stamped files."""
+    found = {}
+    for name in files:
+        head = stamp.stamp_of(root / name)
+        if head and head.get("commit"):
+            found[name] = (head["commit"][:7], stamp.stale(head, root=repo))
+    return found
+
+
+def stale_marks(body: str) -> set[str]:
+    """The commits a passage marks stale (visible text: HTML comments do not count)."""
+    return set(STALE.findall(re.sub(r"<!--.*?-->", " ", body, flags=re.S)))
+
+
+def _mark_problems(files: list[str], body: str, line: int, root: Path, repo: Path) -> list[str]:
+    state = _staleness(files, root, repo)
+    stale_at = {c: n for n, (c, why) in state.items() if why}
+    current = {c: n for n, (c, why) in state.items() if not why}
+    marks = stale_marks(body)
+    fix = " (python benchmarks/figures.py --mark)"
+    problems = [f"README line {line}: {name} is stale ({state[name][1]}) and the passage does "
+                f"not say 'measured at {c}, stale: code changed since'{fix}"
+                for c, name in stale_at.items() if c not in marks]
+    for c in sorted(marks - set(stale_at)):
+        problems.append(f"README line {line}: the passage keeps the stale mark on {current[c]}, "
+                        f"current for HEAD's code{fix}" if c in current else
+                        f"README line {line}: the stale mark names {c}, the commit of none of "
+                        f"its files")
+    return problems
+
+
+def check(readme_path: Path = ROOT / "README.md", root: Path = ROOT,
+          repo: Path = ROOT) -> list[str]:
+    """What is wrong with the README's figures (``repo``: the git checkout judging staleness)."""
     readme = readme_path.read_text(encoding="utf-8")
     problems = []
     for files, body, line in passages(readme):
@@ -132,6 +181,7 @@ def check(readme_path: Path = ROOT / "README.md", root: Path = ROOT) -> list[str
                 if not re.search(rf"(?<![\w.]){n} {unit}\b|\b{unit}\W{{1,3}}{n}(?![\w.])", text, re.I)]
         if bad:
             problems.append(f"README line {line}: not in {' '.join(files)}: {', '.join(bad)}")
+        problems += _mark_problems(files, body, line, root, repo)
     loose = [t for t, source in _outside(readme) if not source]
     if loose:
         problems.append("README figures outside a marked passage (no results file): "
@@ -156,13 +206,65 @@ def unrecorded(readme_path: Path = ROOT / "README.md") -> list[tuple[str, str | 
     return _outside(readme_path.read_text(encoding="utf-8"))
 
 
-def stale(readme_path: Path = ROOT / "README.md", root: Path = ROOT) -> dict[str, str]:
+def stale(readme_path: Path = ROOT / "README.md", root: Path = ROOT,
+          repo: Path = ROOT) -> dict[str, str]:
     """{results file: why it is stale} for the files the README's passages quote."""
     found = {}
     for files, _, _ in passages(readme_path.read_text(encoding="utf-8")):
         for name in files:
             head = stamp.stamp_of(root / name)
-            why = stamp.stale(head, root=root)
+            why = stamp.stale(head, root=repo)
             if why:
                 found[name] = why
     return found
+
+
+def mark(readme_path: Path = ROOT / "README.md", root: Path = ROOT, repo: Path = ROOT) -> int:
+    """Rewrite the README's mark lines: one after each passage's opening marker per stale
+    commit of its files, none for current ones. Returns how many passages changed."""
+    lines = readme_path.read_text(encoding="utf-8").split("\n")
+    out, changed, i = [], 0, 0
+    while i < len(lines):
+        opening = re.match(r"^<!-- figures: (?P<files>[^>\n]*?) -->$", lines[i])
+        out.append(lines[i])
+        i += 1
+        if not opening:
+            continue
+        old = []
+        while i < len(lines) and (MARK_LINE.match(lines[i]) or (old and not lines[i]
+                                                                  and old[-1] != "")):
+            old.append(lines[i])
+            i += 1
+        files = opening.group("files").split()
+        by_commit: dict[str, list[str]] = {}
+        for name, (commit, why) in _staleness(files, root, repo).items():
+            if why:
+                by_commit.setdefault(commit, []).append(name)
+        new = []
+        for commit, names in by_commit.items():
+            new += [f"_Measured at `{commit}`, stale: code changed since "
+                    f"({', '.join(f'`{n}`' for n in names)}; `benchmarks/regenerate.py --check`)._",
+                    ""]
+        changed += new != old
+        out += new
+    readme_path.write_text("\n".join(out), encoding="utf-8")
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Check README.md's figures against results files.")
+    ap.add_argument("--mark", action="store_true",
+                    help="first rewrite README.md's stale marks to match the files' staleness")
+    args = ap.parse_args(argv)
+    if args.mark:
+        print(f"README.md: {mark()} passages' stale marks rewritten")
+    problems = check()
+    for problem in problems:
+        print(problem)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -10,8 +10,10 @@ it wrote with this checkout's commit, date, machine, tool versions and that comm
 (``benchmarks/stamp.py``; the scripts that stamp their files themselves are stamped again
 with the same header). ``--check`` lists every results file of the plan with its commit and
 whether it is stale: the code it describes (``rewriter``, ``op_tables``, its script) changed
-since that commit; exit 1 if any is stale or unstamped. Then
-``python -m pytest tests/test_readme_figures.py`` checks the README's figures against the files
+since that commit; exit 1 if any is stale or unstamped. After a run it
+rewrites README.md's stale marks (``benchmarks/figures.py --mark``: a passage quoting a stale
+file says "measured at COMMIT, stale: code changed since"; the regenerated files lose theirs).
+Then ``python -m pytest tests/test_readme_figures.py`` checks the README's figures against the files
 (``benchmarks/figures.py``; with ``REWRITER_FIGURES_STRICT=1`` it also fails on stale files).
 Exit 0 when every benchmark ran and exited 0, 1 otherwise.
 """
@@ -218,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
         if all((ROOT / f).exists() for f in bench.files):
             _files_stamp(bench)
     check(plan)
+    from benchmarks import figures
+
+    print(f"README.md: {figures.mark()} passages' stale marks rewritten "
+          "(update the figures of the regenerated passages to their new files)")
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0

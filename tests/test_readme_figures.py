@@ -26,11 +26,51 @@ def test_results_files_are_current_when_strict():
         pytest.skip("stale results files: " + "; ".join(f"{k}: {v}" for k, v in found.items()))
 
 
-def _results(tmp_path: Path, body: str) -> Path:
-    res = tmp_path / "r.md"
-    head = stamp.header("PYTHONPATH=. python benchmarks/x.py", "x.py")
+def _results(tmp_path: Path, body: str, commit: str | None = None, name: str = "r.md") -> Path:
+    """A results file stamped at HEAD (current: benchmarks/x.py does not exist, and the code is
+    compared commit to commit), or at ``commit``."""
+    res = tmp_path / name
+    head = dict(stamp.header("PYTHONPATH=. python benchmarks/x.py", "x.py"), dirty=False)
+    if commit:
+        head["commit"] = commit
     res.write_text("# x\n\n" + stamp.markdown_header(head) + "\n\n" + body)
     return res
+
+
+def test_a_stale_file_is_marked_stale_in_its_passage(tmp_path):
+    """A passage quoting a stale file must say 'measured at COMMIT, stale: code changed since';
+    it must not keep the mark once the file is current. figures.mark() writes the marks."""
+    first = stamp._git("rev-list", "--max-parents=0", "HEAD").split()[0]
+    _results(tmp_path, "| 0.5 |\n", commit=first, name="old.md")
+    _results(tmp_path, "| 0.25 |\n", name="new.md")
+    old, new = first[:7], stamp.read(tmp_path / "new.md")["commit"][:7]
+    readme = tmp_path / "README.md"
+    plain = (f"<!-- figures: old.md -->\nAt {old}: 0.5.\n<!-- /figures -->\n\n"
+             f"<!-- figures: new.md -->\nAt {new}: 0.25.\n<!-- /figures -->\n")
+    readme.write_text(plain)
+    problems = figures.check(readme, tmp_path)
+    assert len(problems) == 1 and "old.md is stale" in problems[0]
+    # A mark inside an HTML comment is not visible: still missing.
+    readme.write_text(plain.replace("0.5.", f"0.5. <!-- measured at {old}, stale: code changed "
+                                            "since -->"))
+    assert "old.md is stale" in figures.check(readme, tmp_path)[0]
+    readme.write_text(plain.replace("0.5.", f"0.5 (measured at {old}, stale: code changed since)."))
+    assert figures.check(readme, tmp_path) == []
+    readme.write_text(plain.replace("0.25.", f"0.25 (measured at {new}, stale: code changed since)."))
+    problems = figures.check(readme, tmp_path)
+    assert any("keeps the stale mark on new.md" in p for p in problems)
+    # mark() writes its own lines only: the hand-written mark on new.md stays, still an error.
+    assert figures.mark(readme, tmp_path) == 1
+    text = readme.read_text()
+    assert f"_Measured at `{old}`, stale: code changed since (`old.md`;" in text
+    assert len(figures.check(readme, tmp_path)) == 1
+    readme.write_text(text.replace(f"0.25 (measured at {new}, stale: code changed since).", "0.25."))
+    assert figures.check(readme, tmp_path) == []
+    assert figures.mark(readme, tmp_path) == 0  # idempotent
+    # Once old.md is regenerated (current), mark() takes its line out again.
+    _results(tmp_path, "| 0.5 |\n", name="old.md")
+    assert figures.mark(readme, tmp_path) == 1
+    assert "stale" not in readme.read_text()
 
 
 def test_a_figure_edited_by_hand_fails(tmp_path):
