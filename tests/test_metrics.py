@@ -184,3 +184,28 @@ def test_an_index_map_is_judged_by_index_agreement_not_cosine():
     assert o.index_agreement == 0.985 and not o.ok
     [o] = compare({"m": ref}, {"m": test}).outputs
     assert o.index_agreement is None and o.mismatched == 3 and not o.ok
+
+
+def test_the_summary_and_reports_say_an_index_map_rests_on_index_agreement():
+    """The artifact's verdict on an arg-max output names index agreement and how many indices
+    it counted, not a cosine it did not judge; a cosine-judged output beside it keeps its min
+    cosine (over the cosine-judged outputs only). report.md and report.html say the same."""
+    from rewriter.report.build import _criteria, render_markdown
+    from rewriter.report.html import render_html
+
+    ref = np.zeros((8, 1, 4, 4), np.int64)
+    ref[:, :, :2] = 3
+    test = ref.copy()
+    test[0, 0, 0, 0] = 1  # 1 of 128 differs
+    logits = np.linspace(-1, 1, 80).reshape(8, 10)
+    cmp = compare({"m": ref}, {"m": test}, atol=math.inf, rtol=0.0, min_cosine=0.99, samples=8)
+    text = _criteria(cmp)
+    assert "min cosine" not in text
+    assert text == ("index agreement of m 0.9922 over 128 indices of 8 input(s) (share of equal "
+                    "arg-max indices, the criterion: >= 0.99; cosine not judged)"), text
+    both = compare({"m": ref, "y": logits}, {"m": test, "y": logits * 0.5}, atol=math.inf,
+                   rtol=0.0, min_cosine=0.99, samples=8)
+    assert _criteria(both).startswith("min cosine 1.00000; index agreement of m 0.9922 over 128")
+    report = {"ok": True, "target": "tflm", "equivalence": {"artifact": cmp.to_json()}}
+    line = "index agreement of m 0.9922 over 128 indices of 8 input(s)"
+    assert line in render_markdown(report) and line in render_html(report)

@@ -205,9 +205,8 @@ def summary(report: dict[str, Any], attempt: Attempt, synthetic: bool, data: str
         from rewriter.job.stages import RUNTIME_TITLES
 
         art = attempt.artifact.comparison
-        worst = min((o.cosine for o in art.outputs), default=1.0)
         parts.append(f"artifact {'matches' if art.ok else 'DOES NOT match'} "
-                     f"(min cosine {worst:.5f}{_top1(art)})" + _nonfinite(art, "artifact")
+                     f"({_criteria(art)})" + _nonfinite(art, "artifact")
                      + _degenerate(art)
                      + (f" in {RUNTIME_TITLES[attempt.artifact.runtime]}, not in the target's "
                         "runtime" if attempt.artifact.fallback else ""))
@@ -218,22 +217,34 @@ def summary(report: dict[str, Any], attempt: Attempt, synthetic: bool, data: str
     return "; ".join([*parts, *(also or [])]) + "."
 
 
-def _top1(cmp: Comparison) -> str:
-    """``; top-1 agreement 0.969 (the criterion: >= 0.95)`` for classifier outputs, or ""."""
+def _criteria(cmp: Comparison) -> str:
+    """What the artifact's verdict rests on: ``min cosine 0.99422`` over the outputs judged by
+    cosine; for an integer output (arg-max index map) its index agreement over how many indices;
+    for classifier outputs their top-1 agreement (the criterion when ``--min-top1`` judged)."""
+    parts = []
+    by_cosine = [o for o in cmp.outputs if o.index_agreement is None and o.min_top1 is None]
+    if by_cosine:
+        parts.append(f"min cosine {min(o.cosine for o in by_cosine):.5f}")
     index = [o for o in cmp.outputs if o.index_agreement is not None]
-    text = ""
     if index:
-        low = min(index, key=lambda o: o.index_agreement or 0.0)
-        text = (f"; index agreement of {low.name} {low.index_agreement:.4f} (share of equal "
-                f"arg-max indices, the criterion: >= {low.min_index_agreement:g}; cosine not "
-                f"judged)")
+        parts.append(index_text(min(index, key=lambda o: o.index_agreement or 0.0).to_json(),
+                                cmp.samples))
     agree = [o for o in cmp.outputs if o.top1_agreement is not None]
-    if not agree:
-        return text
-    worst = min(agree, key=lambda o: o.top1_agreement or 0.0)
-    judged = (f", the criterion: >= {worst.min_top1:g}; cosine not judged"
-              if worst.min_top1 is not None else "")
-    return f"{text}; top-1 agreement {worst.top1_agreement:.3f}{judged}"
+    if agree:
+        worst = min(agree, key=lambda o: o.top1_agreement or 0.0)
+        judged = (f", the criterion: >= {worst.min_top1:g}; cosine not judged"
+                  if worst.min_top1 is not None else "")
+        parts.append(f"top-1 agreement {worst.top1_agreement:.3f}{judged}")
+    return "; ".join(parts) or "no output compared"
+
+
+def index_text(m: dict[str, Any], samples: int | str | None) -> str:
+    """``index agreement of argmax 0.9902 over 512 indices of 8 input(s) (share of equal arg-max
+    indices, the criterion: >= 0.99; cosine not judged)`` for one output's ``equivalence`` entry
+    judged by index agreement."""
+    return (f"index agreement of {m['name']} {m['index_agreement']:.4f} over {m['size']} "
+            f"indices of {samples} input(s) (share of equal arg-max indices, the criterion: "
+            f">= {m['min_index_agreement']:g}; cosine not judged)")
 
 
 def _degenerate(cmp: Comparison) -> str:
@@ -315,7 +326,9 @@ def render_markdown(r: dict[str, Any]) -> str:
                              f"{_num(m.get('l2_rel_error'))} | {_num(m.get('atol'))} | "
                              f"{_num(m.get('rtol'))} | {_num(m.get('needed_atol'))} | "
                              f"{m.get('ok')} |")
-            lines += [""] + [f"- {n}" for n in cmp.get("notes", [])] + [""]
+            lines += [""] + [f"- {n}" for n in cmp.get("notes", [])]
+            lines += [f"- {index_text({'name': k, **m}, cmp.get('samples', '?'))}"
+                      for k, m in outs.items() if m.get("index_agreement") is not None] + [""]
     from rewriter.report.int8 import markdown
 
     lines += markdown(r.get("int8_layers"))

@@ -286,8 +286,13 @@ def _equivalence(report: Mapping[str, Any], plots: Mapping[str, Any]) -> str:
                   f"{_float(m.get('cosine')) or 0:.6f}", m.get("l2_rel_error"), m.get("atol"),
                   m.get("rtol"), m.get("needed_atol"), "yes" if m.get("ok") else "NO"]
                  for n, m in outs.items()]))
-        if cmp.get("notes"):
-            out.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in cmp["notes"]) + "</ul>")
+        from rewriter.report.build import index_text
+
+        notes = [*cmp.get("notes", []), *(index_text({"name": k, **m}, cmp.get("samples", "?"))
+                                          for k, m in outs.items()
+                                          if m.get("index_agreement") is not None)]
+        if notes:
+            out.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
         svgs = [svg_histogram(h, f"{name}: |error| histogram", _float(
             (outs.get(name) or {}).get("atol")), stage, name)
             for name, h in (hists.get(stage) or {}).items()]
