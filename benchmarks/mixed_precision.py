@@ -43,6 +43,7 @@ def build(name: str, size: int, cal: np.ndarray) -> Any:
     import keras
     from real_models import realistic_statistics
 
+    keras.utils.set_random_seed(0)  # weights=None draws the weights: the same net every run
     km = getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3))
     realistic_statistics(km, cal)
     return km
@@ -109,9 +110,11 @@ def one(name: str, target: str, args: Any, tmp: Path, log: Any) -> dict[str, Any
     flt = convert(km, size, "none", cal)
     ref = run(flt, held, "litert", tmp)
     row: dict[str, Any] = {"model": name, "target": target, "runtime": runtime}
+    files: dict[str, bytes] = {}
     for mode in ("int8", "16x8"):
         try:  # MobileNetV3Large: the converter has no 16x8 HARD_SWISH
             data = convert(km, size, mode, cal)
+            files[mode] = data
             acc, top1 = accuracy(ref, run(data, held, runtime, tmp))
         except Exception as exc:  # recorded, the run goes on
             row[mode] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[-1][:200]}"}
@@ -119,10 +122,17 @@ def one(name: str, target: str, args: Any, tmp: Path, log: Any) -> dict[str, Any
             continue
         row[mode] = {"cosine": acc["out"], "top1": top1.get("out"), **vela_cost(data, tmp)}
         log(f"{name} {target} converter {mode}: {row[mode]}")
+    # the ceiling of every plan: the weights alone in int8 (per channel), activations float
+    from rewriter.tune.mixed import int8_weights_only
+
+    acc, top1 = accuracy(ref, run(int8_weights_only(flt)[0], held, "litert", tmp))
+    row["weights"] = {"cosine": acc["out"], "top1": top1.get("out")}
+    log(f"{name} {target} int8 weights only: {row['weights']}")
     sig_in = run_input_name(flt, tmp)
     mq = MixedQuantizer(flt, [{sig_in: x[None]} for x in cal])
     try:
-        _search(row, mq, name, target, args, ref, held, runtime, cal, sig_in, flt, tmp, log)
+        _search(row, mq, name, target, args, ref, held, runtime, cal, sig_in, flt, tmp, log,
+                files.get("16x8"))
     except Exception as exc:  # TFLite Micro aborted on the quantizer's MobileNetV2 file
         row["plan"] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[-1][:200]}"}
     finally:
@@ -133,20 +143,28 @@ def one(name: str, target: str, args: Any, tmp: Path, log: Any) -> dict[str, Any
 
 def _search(row: dict[str, Any], mq: Any, name: str, target: str, args: Any, ref: Any,
             held: Any, runtime: str, cal: Any, sig_in: str, flt: bytes, tmp: Path,
-            log: Any) -> None:
+            log: Any, whole16: bytes | None) -> None:
+    from rewriter.job.precision import WHOLE_16X8
     from rewriter.tune.mixed import float_ops, ops_of
     from rewriter.tune.plan_search import accuracy, search
 
     allowed = _allowed(target)
+    # the converter's whole-model 16x8 file is a candidate where the target runs every op in 16x8
+    # (as the job does: rewriter.job.precision)
+    whole = ({WHOLE_16X8: whole16} if whole16 is not None
+             and all(allowed(op.op) or op.op in ("QUANTIZE", "DEQUANTIZE") for op in mq.ops)
+             else {})
     if allowed:
         res = search(mq, lambda d: accuracy(ref, run(d, held, runtime, tmp)),
                      lambda d: vela_cost(d, tmp) if target.startswith("ethos") else
                      {"size_kib": round(len(d) / 1024, 1)},
                      args.accuracy, [{sig_in: x[None]} for x in cal[:args.probe]], allowed,
-                     log=lambda s: log(f"{name} {target} search: {s}"))
-        plan = mq.build({s: "16x8" for s in res.best.promoted})
+                     log=lambda s: log(f"{name} {target} search: {s}"), whole=whole)
+        plan = (res.best.data if res.best.data is not None else
+                mq.build({s: "16x8" for s in res.best.promoted}))
         row["plan"] = {"cosine": res.best.accuracy["out"], "top1": res.best.top1.get("out"),
                        "met": res.met, "ops_16x8": len(res.best.promoted),
+                       "whole": bool(res.best.label),
                        "ops": len(ops_of(flt)), "float_ops": float_ops(plan),
                        "promoted": [s.split(";")[0][-60:] for s in res.best.promoted],
                        **vela_cost(plan, tmp)}
@@ -173,7 +191,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     out = ["| model | target | precision | cosine | top-1 | Vela ms | SRAM KiB | size KiB | "
            "CPU ops |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        for key, label in (("int8", "int8 only"), ("16x8", "16x8 only"), ("plan", "plan")):
+        for key, label in (("int8", "int8 only"), ("16x8", "16x8 only"), ("plan", "plan"),
+                           ("weights", "ceiling: int8 weights, float activations")):
             c = r.get(key)
             if not c:
                 continue
@@ -182,12 +201,14 @@ def table(rows: list[dict[str, Any]]) -> str:
                            "| | | | | |")
                 continue
             if key == "plan":
-                label = f"plan: {c['ops_16x8']}/{c['ops']} ops 16x8" + ("" if c["met"]
-                                                                         else " (not met)")
+                label = ("plan: whole model 16x8 (converter)" if c.get("whole") else
+                         f"plan: {c['ops_16x8']}/{c['ops']} ops 16x8") + ("" if c["met"]
+                                                                          else " (not met)")
             top1 = "" if c.get("top1") is None else f"{c['top1']:.3f}"
+            cost = " | ".join("" if c.get(k) is None else str(c[k])
+                              for k in ("vela_ms", "sram_kib", "size_kib", "cpu_ops"))
             out.append(f"| {r['model']} | {r['target']} | {label} | {c['cosine']:.4f} | {top1} "
-                       f"| {c.get('vela_ms')} | {c.get('sram_kib')} | {c.get('size_kib')} | "
-                       f"{c.get('cpu_ops')} |")
+                       f"| {cost} |")
     return "\n".join(out)
 
 
@@ -196,8 +217,12 @@ def _about(args: Any) -> str:
             f"pass; {args.calibration} calibration images, {args.heldback} held-back images "
             "(cosine and top-1 against the float file on the target's runtime: TFLite Micro for "
             "tflm, LiteRT for Ethos-U); Vela 5.2 ethos-u55-128 estimate for every file; 'int8 "
-            "only' and '16x8 only' are the TFLite converter, the plan is the AI Edge Quantizer's "
-            "file (rewriter.tune.mixed).")
+            "only' and '16x8 only' are the TFLite converter, the plan is the search's choice "
+            "(rewriter.tune.plan_search): the AI Edge Quantizer's file (rewriter.tune.mixed) or, "
+            "where the target runs every op in 16x8, the converter's whole-model 16x8 file, a "
+            "candidate too. The ceiling: the float file with only its conv/dense weights rounded "
+            "to int8 per channel (LiteRT), which bounds every int8 and 16x8 plan. Weights drawn "
+            "with keras.utils.set_random_seed(0).")
 
 
 def main(argv: list[str] | None = None) -> int:

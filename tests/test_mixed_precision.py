@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rewriter.tune.mixed import MixedQuantizer, float_ops, tensor_dtypes
+from rewriter.tune.mixed import MixedQuantizer, float_ops, int8_weights_only, tensor_dtypes
 from rewriter.tune.plan_search import accuracy, search
 from rewriter.verify.runners import LiteRTRunner
 from rewriter.verify.tflm import TflmRunner, tflm_available
@@ -94,6 +94,56 @@ def test_search_promotes_the_starved_layer_and_meets_what_int8_cannot(starved):
     kinds = tensor_dtypes(plan)
     assert kinds.get("int16", 0) >= 1 and kinds.get("int8", 0) >= 1
     assert "float32" not in kinds and not float_ops(plan)
+
+
+def test_a_whole_model_file_is_a_candidate_with_its_cost_and_a_failed_one_never_chosen(starved):
+    mq, cal, held, ref, tmp = starved
+    every = mq.build({op.scope: "16x8" for op in mq.ops})
+    evaluate = _eval(tmp, ref, held)
+
+    def flaky(data: bytes):
+        if data == b"broken":
+            raise RuntimeError("TFLite Micro aborted\nAbort: no kernel")
+        return evaluate(data)
+
+    # nothing promotable: only the whole-model files can reach the target; the first one given
+    # cannot run (kept with its error), the second meets it
+    res = search(mq, flaky, lambda d: {"size": len(d)}, TARGET, cal[:4], lambda op: False,
+                 whole={"broken": b"broken", "every op 16x8": every})
+    assert res.int8.worst < 0.99
+    broken = next(t for t in res.trials if t.label == "broken")
+    assert broken.error == "RuntimeError: Abort: no kernel" and broken.cost == {"size": 6}
+    assert res.met and res.best.label == "every op 16x8" and res.best.data == every
+    assert res.best.worst >= TARGET and res.best.cost == {"size": len(every)}
+    assert [x["precision"] for x in res.layers] == ["16x8"] * len(mq.ops)
+    # met by promotions: the whole-model files are not tried
+    res = search(mq, flaky, lambda d: {"size": len(d)}, TARGET, cal[:4], lambda op: True,
+                 whole={"broken": b"broken"})
+    assert res.met and not any(t.label for t in res.trials)
+
+
+def test_the_int8_weights_alone_bound_every_plan(starved):
+    mq, cal, held, ref, tmp = starved
+    data, count = int8_weights_only(mq.float_path.read_bytes())
+    assert count == 3
+    evaluate = _eval(tmp, ref, held)
+    ceiling, _ = evaluate(data)
+    best = max(min(evaluate(mq.build(p))[0].values())
+               for p in ({}, _pair(mq), {op.scope: "16x8" for op in mq.ops}))
+    # measured: 0.99998 with the weights alone, 0.99992 the best of int8, the pair, every op 16x8
+    assert min(ceiling.values()) >= best and min(ceiling.values()) > 0.9999
+    # every weight tensor holds int8 levels of its channel's scale, and nothing else changed
+    from rewriter.verify.runners import LiteRTRunner as Lite
+
+    (tmp / "w.tflite").write_bytes(data)
+    for path in (mq.float_path, tmp / "w.tflite"):
+        lite = Lite(path)
+        weights = [lite.interp.get_tensor(d["index"]) for d in lite.interp.get_tensor_details()
+                   if len(d["shape"]) == 2 and d["shape"][1] in (16, 8, 4)
+                   and d["shape"][0] in (8, 4, 3)]
+        levels = [np.abs(w) / np.abs(w).max(axis=1, keepdims=True) * 127 for w in weights]
+        rounded = all(np.allclose(lv, np.round(lv), atol=1e-4) for lv in levels)
+        assert len(weights) == 3 and rounded == (path != mq.float_path)
 
 
 @pytest.mark.skipif(not tflm_available(), reason="tflite-micro not installed")

@@ -9,7 +9,9 @@ samples only. Cost: Vela's estimate (time, SRAM, CPU ops) on Ethos-U, the file s
 A plan is delivered only when it is better than the int8 file and, on Ethos-U, Vela runs every op
 on the NPU. Not met: the job ends 1 with the best plan delivered and, in the report, what would
 reach the target (the ops with no 16x8 kernel on the target, or none: the whole model in 16x8
-was tried).
+was tried). Where the target has a 16x8 kernel for every op, the TFLite converter's whole-model
+16x8 file (int16 input and output; the quantizer's plans keep int8 ones) is one more candidate,
+measured and costed like the others (:func:`rewriter.tune.plan_search.search`'s ``whole``).
 """
 
 from __future__ import annotations
@@ -61,9 +63,9 @@ class PrecisionPlan:
     def describe(self) -> str:
         r = self.result
         n = len(r.best.promoted)
-        head = (f"--accuracy {self.target}: {'met' if r.met else 'not met'} with {n} of "
-                f"{len(r.layers)} ops in 16x8 (worst output cosine {r.best.worst:.4f}, int8 "
-                f"{r.int8.worst:.4f})")
+        plan = r.best.label or f"{n} of {len(r.layers)} ops in 16x8"
+        head = (f"--accuracy {self.target}: {'met' if r.met else 'not met'} with {plan} "
+                f"(worst output cosine {r.best.worst:.4f}, int8 {r.int8.worst:.4f})")
         cost = ", ".join(f"{k} {self.int8_file.get(k)} -> {v}" for k, v in self.plan_file.items()
                          if k in ("vela_ms", "sram_kib", "size_kib", "cpu_ops"))
         tail = "" if r.met else f"; would reach it: {'; '.join(self.needs) or 'nothing tried'}"
@@ -87,6 +89,47 @@ def _cost(target: Any, path: Path) -> dict[str, Any]:
         out.update(vela_ms=round(t * 1e3, 3) if t is not None else None,
                    sram_kib=float(v.csv.get("sram_memory_used") or 0), cpu_ops=v.cpu_ops)
     return out
+
+
+WHOLE_16X8 = "the whole model in 16x8 (TFLite converter, int16 input and output)"
+
+
+def whole_16x8(saved_model: str, calibration: list[dict[str, Any]]) -> dict[str, bytes]:
+    """The converter's whole-model 16x8 file, keyed by :data:`WHOLE_16X8`; {} when the converter
+    refuses (it has no 16x8 HARD_SWISH, for one)."""
+    import tensorflow as tf
+
+    conv = tf.lite.TFLiteConverter.from_saved_model(saved_model)
+    conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    conv.representative_dataset = lambda: iter(calibration)
+    conv.target_spec.supported_ops = [
+        tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
+    conv.inference_input_type = conv.inference_output_type = tf.int16
+    try:
+        return {WHOLE_16X8: bytes(conv.convert())}
+    except Exception:  # the converter raises many types; the search goes on without it
+        return {}
+
+
+def _ceiling(evaluate: Any, flt: bytes, target: float, ctx: Any) -> list[str]:
+    """What bounds every plan: the float file with only its weights rounded to int8 (per
+    channel), run like the plans; one sentence, or none when it cannot be measured."""
+    from rewriter.tune.mixed import int8_weights_only
+
+    with ctx.steps("precision_ceiling", "measuring the int8 weights alone"):
+        data, count = int8_weights_only(flt)
+        try:
+            acc, _ = evaluate(data)
+        except Exception:  # the runtime could not run it: no figure to give
+            return []
+    worst = min(acc.values(), default=0.0)
+    head = (f"the {count} conv/dense weight tensors alone in int8 (per channel, activations "
+            f"float) give worst output cosine {worst:.4f}")
+    if worst < target:
+        return [f"{head} < {target}: no plan with int8 weights (every int8 or 16x8 plan) can "
+                "reach it; only float weights (a CPU island, --quantize float16 on a target "
+                "that runs it) or weights fine-tuned for int8 (--recover, --qat) would"]
+    return [f"{head} >= {target}: the activations' precision is what is missing"]
 
 
 def precision_plan(ctx: Any, artifact_path: Path, saved_model: str, applied: Any,
@@ -128,11 +171,16 @@ def precision_plan(ctx: Any, artifact_path: Path, saved_model: str, applied: Any
 
         mq = MixedQuantizer(flt, cal)
         try:
+            whole = {}
+            if not target.no_16x8() and all(target.int16_kernel(op.op) for op in mq.ops):
+                with ctx.steps("precision_whole", "converting the whole model to 16x8"):
+                    whole = whole_16x8(saved_model, cal)
             with ctx.steps("precision_search", f"searching a plan for cosine {opts.accuracy}"):
                 result = search(mq, evaluate, cost, opts.accuracy, cal[:8],
                                 lambda op: op not in ("QUANTIZE", "DEQUANTIZE")
-                                and target.int16_kernel(op))
-            plan_bytes = mq.build({s: "16x8" for s in result.best.promoted})
+                                and target.int16_kernel(op), whole=whole)
+            plan_bytes = (result.best.data if result.best.data is not None else
+                          mq.build({s: "16x8" for s in result.best.promoted}))
         finally:
             mq.close()
         int8_cost = _cost(target, artifact_path)
@@ -143,6 +191,8 @@ def precision_plan(ctx: Any, artifact_path: Path, saved_model: str, applied: Any
         if target.no_16x8():
             needs = [f"{target.title} runs no 16x8 ({target.no_16x8()}): no mixed plan; only "
                      "float ops on the host or a model change would"]
+        if not result.met:
+            needs = _ceiling(evaluate, flt, opts.accuracy, ctx) + needs
         better = result.best.worst > result.int8.worst and result.best.promoted
         on_chip = plan_cost.get("cpu_ops", 0) == 0
         plan = PrecisionPlan(opts.accuracy, result, bool(better and on_chip), int8_cost,

@@ -174,3 +174,41 @@ def float_ops(data: bytes) -> list[str]:
         if any(sub.tensors[i].type == fb.TensorType.FLOAT32 for i in op.outputs if i >= 0):
             out.append(name)
     return out
+
+
+#: Weight operand (input 1) and its per-channel axis, for the ops whose weights int8 quantises
+#: per channel (the TFLite converter's and the quantizer's scheme).
+_WEIGHT_AXIS = {"CONV_2D": 0, "FULLY_CONNECTED": 0, "DEPTHWISE_CONV_2D": 3}
+
+
+def int8_weights_only(data: bytes) -> tuple[bytes, int]:
+    """The float ``.tflite`` with its conv/dense weights rounded to int8, symmetric per output
+    channel (scale = the channel's max |w| / 127), activations left float; and how many weight
+    tensors were rounded. Every int8 and 16x8 plan has these weights (Ethos-U and TFLite Micro
+    run int8 weights only), so this file's accuracy bounds what any activation precision can
+    reach: it is the ceiling the search reports when no plan meets the target."""
+    from tensorflow.lite.python import schema_py_generated as fb
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(data))
+    names = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
+    sub = model.subgraphs[0]
+    done: set[int] = set()
+    for op in sub.operators:
+        code = model.operatorCodes[op.opcodeIndex]
+        axis = _WEIGHT_AXIS.get(names.get(max(int(code.builtinCode),
+                                               int(code.deprecatedBuiltinCode)), ""))
+        if axis is None or len(op.inputs) < 2 or op.inputs[1] < 0 or op.inputs[1] in done:
+            continue
+        tensor = sub.tensors[op.inputs[1]]
+        buf = model.buffers[tensor.buffer]
+        if tensor.type != fb.TensorType.FLOAT32 or buf.data is None or not len(buf.data):
+            continue
+        w = np.frombuffer(bytes(bytearray(buf.data)), np.float32).reshape(tensor.shape)
+        scale = np.abs(w).max(axis=tuple(i for i in range(w.ndim) if i != axis),
+                              keepdims=True) / 127.0
+        scale[scale == 0] = 1.0
+        rounded = (np.clip(np.round(w / scale), -127, 127) * scale).astype(np.float32)
+        buf.data = np.frombuffer(rounded.tobytes(), np.uint8)
+        done.add(op.inputs[1])
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model)), len(done)

@@ -10,8 +10,12 @@ in 16x8; only ops the target runs in 16x8: ``allowed``), rebuilds the file
 round (1, 2, 4, ...). When a round meets the target, the promotions of that round are bisected
 (in promotion order) for the shortest prefix that still meets it. Every plan tried is kept with
 its accuracy and cost (``cost``: Vela's estimate for Ethos-U, the file size elsewhere), so the
-report shows what each promotion costs. When nothing reaches the target (every allowed op
-promoted), the best plan is returned with ``met`` False.
+report shows what each promotion costs. When the promotions have not reached the target (every
+allowed op promoted), each whole-model file given (``whole``: e.g. the TFLite converter's 16x8
+file, int16 input and output, which the quantizer's plans are not: their input and output stay
+int8) is measured and costed as one more candidate. When nothing reaches the target, the best
+plan is returned with ``met`` False. A plan the runtime cannot run (TFLite Micro aborts on it) is
+kept with its error and never chosen.
 """
 
 from __future__ import annotations
@@ -34,14 +38,22 @@ class Trial:
     accuracy: dict[str, float]           # output -> cosine on held-back data
     cost: dict[str, Any]
     top1: dict[str, float] = field(default_factory=dict)  # classifiers: top-1 agreement
+    label: str = ""                      # a whole-model file's name; "" for a quantizer plan
+    error: str | None = None             # the runtime could not run it
+    data: bytes | None = field(default=None, repr=False)  # a whole-model file's bytes
 
     @property
     def worst(self) -> float:
         return min(self.accuracy.values()) if self.accuracy else 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"promoted": len(self.promoted), "accuracy": self.accuracy, "top1": self.top1,
-                "cost": self.cost}
+        out = {"promoted": len(self.promoted), "accuracy": self.accuracy, "top1": self.top1,
+               "cost": self.cost}
+        if self.label:
+            out["label"] = self.label
+        if self.error:
+            out["error"] = self.error
+        return out
 
 
 @dataclass
@@ -127,19 +139,30 @@ def search(mq: MixedQuantizer, evaluate: Callable[[bytes], tuple[dict[str, float
                                                                 dict[str, float]]],
            cost: Callable[[bytes], dict[str, Any]], target: float,
            probe: Sequence[Mapping[str, np.ndarray]], allowed: Callable[[str], bool],
-           max_rounds: int = 12, log: Callable[[str], None] = lambda s: None) -> SearchResult:
+           max_rounds: int = 12, log: Callable[[str], None] = lambda s: None,
+           whole: Mapping[str, bytes] | None = None) -> SearchResult:
     """The cheapest plan found whose every output reaches cosine ``target`` (module docstring)."""
     cache: dict[tuple[str, ...], Trial] = {}
     order: list[str] = []   # promotion order
+
+    def judge(key: tuple[str, ...], data: bytes, label: str = "") -> Trial:
+        try:
+            acc, top1 = evaluate(data)
+        except Exception as exc:  # e.g. TFLite Micro aborted: kept as a trial, never chosen
+            line = (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:300]
+            trial = Trial(key, {}, cost(data), {}, label, f"{type(exc).__name__}: {line}")
+        else:
+            trial = Trial(key, acc, cost(data), top1, label)
+        log(f"{label or f'{len(key)} op(s) in 16x8'}: "
+            + (f"failed: {trial.error}" if trial.error else f"worst cosine {trial.worst:.5f}")
+            + f" cost {trial.cost}")
+        return trial
 
     def measure(promoted: Sequence[str]) -> tuple[Trial, bytes]:
         key = tuple(promoted)
         data = mq.build({s: "16x8" for s in key})
         if key not in cache:
-            acc, top1 = evaluate(data)
-            cache[key] = Trial(key, acc, cost(data), top1)
-            log(f"{len(key)} op(s) in 16x8: worst cosine {cache[key].worst:.5f} "
-                f"cost {cache[key].cost}")
+            cache[key] = judge(key, data)
         return cache[key], data
 
     int8, data = measure(())
@@ -179,6 +202,14 @@ def search(mq: MixedQuantizer, evaluate: Callable[[bytes], tuple[dict[str, float
                 else:
                     lo = mid
         step *= 2
+    for label, data in (whole or {}).items():
+        if met:
+            break
+        trial = judge(tuple(op.scope for op in mq.ops), data, label)
+        trial.data = data
+        trials.append(trial)
+        if trial.error is None and (trial.worst > best.worst or trial.worst >= target):
+            best, met = trial, trial.worst >= target
     layers = [{"index": op.index, "op": op.op, "scope": op.scope,
                "precision": "16x8" if op.scope in best.promoted else "int8"} for op in mq.ops]
     return SearchResult(target, met, best, int8, trials, layers)
