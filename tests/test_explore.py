@@ -194,6 +194,94 @@ def test_explore_binds_loopback_unless_host_is_given():
         bind_host(" ")
 
 
+def _tiny_out(root: Path) -> Path:
+    """An OUT with a (dummy) model and one node-data file: enough for the server to start."""
+    from rewriter.report.explorer import Overlay, write_overlays
+
+    out = root / "out"
+    out.mkdir()
+    (out / "model.tflite").write_bytes(b"not read until the page asks")
+    place = Overlay("placement", "main")
+    place.set(0, "accelerator", COLOURS["accelerator"])
+    write_overlays(out, {"artifact": ("model.tflite", [place])})
+    return out
+
+
+def test_explore_serves_only_out_and_its_models(tmp_path):
+    """What Model Explorer's server would serve to any caller, the guard refuses: files outside
+    OUT, models outside it, a command that deletes at stop, uploads and config changes, another
+    host name (DNS rebinding) or another web site; OUT's own files still load."""
+    from rewriter.commands.explore import allowed, load_manifest, refusal
+
+    out = _tiny_out(tmp_path)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("x")
+    (out / "escape").symlink_to(secret)
+    allow = allowed(out, load_manifest(out), "127.0.0.1", 8080)
+    ok = {"Host": "127.0.0.1:8080"}
+    node = str(out / "explorer" / "artifact.placement.json")
+    model = str(out / "model.tflite")
+
+    def why(route, args=None, body=None, headers=ok):
+        return refusal(route, args or {}, body, headers, allow)
+
+    assert why("/api/v1/read_text_file", {"path": node}) is None
+    assert why("/api/v1/read_text_file", {"path": str(out / "report.json")}) is None
+    assert why("/", headers={"Host": "localhost:8080", "Sec-Fetch-Site": "none"}) is None
+    cmd = {"extensionId": "builtin_tflite_flatbuffer", "cmdId": "convert", "modelPath": model,
+           "settings": {}, "deleteAfterConversion": False}
+    assert why("/api/v1/send_command", {"json": json.dumps(cmd)}) is None
+    assert why("/apipost/v1/send_command", body=cmd) is None
+    for path in (str(secret), str(out / "escape"), str(out / ".." / "secret.txt"), "~/.bashrc",
+                 "/etc/passwd", ""):
+        assert "outside" in why("/api/v1/read_text_file", {"path": path}), path
+    assert "outside" in why("/apipost/v1/send_command", body={**cmd, "modelPath": str(secret)})
+    assert "outside" in why("/api/v1/send_command", {"json": "not json"})
+    assert "deletes nothing" in why("/apipost/v1/send_command",
+                                    body={**cmd, "deleteAfterConversion": True})
+    assert "not served" in why("/apipost/v1/upload")
+    assert "not served" in why("/apipost/v1/update_config", body={})
+    assert "host" in why("/", headers={"Host": "evil.example:8080"})
+    assert "another web site" in why("/api/v1/read_text_file", {"path": node},
+                                     headers={**ok, "Origin": "http://evil.example"})
+    assert "another web site" in why("/", headers={**ok, "Sec-Fetch-Site": "cross-site"})
+
+
+def test_the_running_server_refuses_a_file_outside_out(tmp_path):
+    """The guard is on the server `rewrite explore` starts: OUT's node data is served, a file
+    beside OUT is 403 (Model Explorer alone serves it)."""
+    import urllib.error
+    import urllib.request
+    from urllib.parse import quote
+
+    pytest.importorskip("model_explorer", reason="pip install 'rewriter[explore]'")
+    out = _tiny_out(tmp_path)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for the browser")
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    server = subprocess.Popen([sys.executable, "-m", "rewriter", "explore", str(out),
+                               "--no-open", "--port", str(port)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = ""
+        deadline = time.monotonic() + 60
+        while not url.startswith("http") and time.monotonic() < deadline:
+            url = server.stdout.readline().strip()
+            assert server.poll() is None or url, server.stderr.read()[-2000:]
+        base = f"http://127.0.0.1:{port}/api/v1/read_text_file?path="
+        node = out / "explorer" / "artifact.placement.json"
+        with urllib.request.urlopen(base + quote(str(node)), timeout=10) as r:
+            assert json.loads(r.read())["content"] == node.read_text()
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(base + quote(str(secret)), timeout=10)
+        assert refused.value.code == 403
+        assert "outside" in json.loads(refused.value.read())["error"]
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

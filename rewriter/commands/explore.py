@@ -7,10 +7,15 @@ int8 error and cosine, range-starved tensors, Vela cycles (:mod:`rewriter.report
 It prints the URL and, unless ``--no-open``, opens it in a browser; Ctrl+C stops it (exit 0;
 SIGTERM/SIGHUP end it as any command, exit 2 "interrupted").
 
-The server answers every client that can reach it and reads any file this user can (its
-``read_text_file`` API): it binds to 127.0.0.1, and to another address only when ``--host``
-names one. Model Explorer's check for a newer release on PyPI/GitHub is turned off (nothing is
-downloaded at run time). Exit 2 when OUT has no node data or the extra is missing.
+Model Explorer's own server reads any file this user can for whoever asks (its
+``read_text_file`` and ``send_command`` APIs take a path; a command marked
+``deleteAfterConversion`` removes the model's directory when the server stops). This command
+narrows it (:func:`refusal`, before every request): paths must be the manifest's models and
+node data or inside OUT; no uploads, no config changes, nothing deleted; a request from another
+web site (``Origin``, ``Sec-Fetch-Site``) or naming another host (DNS rebinding) is refused
+with 403. It binds to 127.0.0.1, and to another address only when ``--host`` names one. Model
+Explorer's check for a newer release on PyPI/GitHub is turned off (nothing is downloaded at run
+time). Exit 2 when OUT has no node data or the extra is missing.
 """
 
 from __future__ import annotations
@@ -18,8 +23,11 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import os
 import socket
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"port (default: the first free one from {DEFAULT_PORT})")
     parser.add_argument("--host", default=None,
                         help=f"address to bind (default {LOOPBACK}); another address lets "
-                             "anyone who reaches it read your files through the server")
+                             "anyone who reaches it read OUT through the server")
     parser.add_argument("--no-open", action="store_true",
                         help="print the URL, do not open a browser")
 
@@ -69,8 +77,8 @@ def bind_host(host: str | None) -> str:
 def refuse_remote(host: str, explicit: bool) -> None:
     """A non-loopback address is only taken from an explicit ``--host``."""
     if not is_loopback(host) and not explicit:
-        raise UserError(f"refusing to serve Model Explorer on {host}: it reads any file of "
-                        f"this user for whoever connects; pass --host {host} to mean it")
+        raise UserError(f"refusing to serve Model Explorer on {host}: it shows OUT to "
+                        f"whoever connects; pass --host {host} to mean it")
 
 
 def validate(args: argparse.Namespace) -> None:
@@ -104,6 +112,91 @@ def load_manifest(out: Path) -> list[dict[str, Any]]:
     except (ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{path}: not a node-data manifest ({exc})") from None
     return out_models
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """What the server may read: files inside ``out`` and the manifest's files (both resolved),
+    asked for through one of ``hosts`` (``host:port``)."""
+
+    out: Path
+    files: frozenset[Path]
+    hosts: frozenset[str]
+
+    def path_ok(self, path: object) -> bool:
+        if not isinstance(path, str) or not path:
+            return False
+        real = Path(os.path.realpath(os.path.expanduser(path)))
+        return real in self.files or real.is_relative_to(self.out)
+
+
+def allowed(out: Path, models: list[dict[str, Any]], host: str, port: int) -> Allowed:
+    named = f"[{host}]" if ":" in host else host  # an IPv6 address, as a Host header has it
+    names = {named, LOOPBACK, "localhost", "[::1]"} if is_loopback(host) else {named}
+    files = {Path(os.path.realpath(p)) for m in models for p in (m["model"], *m["node_data"])}
+    return Allowed(Path(os.path.realpath(out)), frozenset(files),
+                   frozenset(f"{h}:{port}" for h in names))
+
+
+#: Model Explorer routes that change the server (uploads, its config): refused.
+_REFUSED_ROUTES = ("/apipost/v1/upload", "/apipost/v1/update_config")
+_COMMAND_ROUTES = ("/api/v1/send_command", "/apipost/v1/send_command")
+
+
+def refusal(route: str, args: Mapping[str, str], body: Any, headers: Mapping[str, str],
+            allow: Allowed) -> str | None:
+    """Why one request to Model Explorer's server is refused (None: served)."""
+    if headers.get("Host", "") not in allow.hosts:
+        return f"host {headers.get('Host', '')!r} is not this server's"
+    origin = headers.get("Origin")
+    if (origin is not None and origin.split("://", 1)[-1] not in allow.hosts) or headers.get(
+            "Sec-Fetch-Site") in ("cross-site", "same-site"):
+        return "a request from another web site"
+    if route in _REFUSED_ROUTES:
+        return f"{route} is not served by `rewrite explore`"
+    if route == "/api/v1/read_text_file" and not allow.path_ok(args.get("path")):
+        return f"{args.get('path')!r} is outside {allow.out} and the models it lists"
+    if route in _COMMAND_ROUTES:
+        cmd = body if route.startswith("/apipost") else _json_or_none(args.get("json", "{}"))
+        if not isinstance(cmd, Mapping) or not allow.path_ok(cmd.get("modelPath")):
+            path = cmd.get("modelPath") if isinstance(cmd, Mapping) else None
+            return f"model {path!r} is outside {allow.out} and the models it lists"
+        if cmd.get("deleteAfterConversion"):
+            return "deleteAfterConversion: `rewrite explore` deletes nothing"
+    return None
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _guard(server: Any, allow: Allowed) -> None:
+    """Make Model Explorer's ``server.start`` build its Flask app with :func:`refusal` run
+    before every request (a 403 with the reason in JSON)."""
+    import types
+
+    import flask
+
+    def before() -> Any:
+        req = flask.request
+        why = refusal(req.path, req.args, req.get_json(silent=True) if req.is_json else None,
+                      req.headers, allow)
+        if why is not None:
+            return flask.make_response({"error": f"refused: {why}"}, 403)
+        return None
+
+    class GuardedFlask(flask.Flask):
+        def __init__(self, *a: Any, **k: Any) -> None:
+            super().__init__(*a, **k)
+            self.before_request(before)
+
+    shim = types.ModuleType("flask")
+    shim.__dict__.update(vars(flask))
+    shim.Flask = GuardedFlask  # type: ignore[attr-defined]
+    server.flask = shim
 
 
 def build_config(models: list[dict[str, Any]]) -> Any:
@@ -165,9 +258,10 @@ def run(args: argparse.Namespace, ui: Any) -> int:
         names = ", ".join(p.name.split(".")[1] for p in m["node_data"]) or "none"
         ui.info(f"{m['model'].name}: node data {names}")
     if not is_loopback(host):
-        ui.warn(f"serving on {host}: anyone who reaches {host}:{port} can read this user's files "
+        ui.warn(f"serving on {host}: anyone who reaches {host}:{port} can read {args.out} "
                 "through Model Explorer")
     _no_version_check()
+    _guard(server, allowed(Path(args.out), models, host, port))
     if hasattr(sys.stdout, "reconfigure"):  # the URL reaches a pipe or log at once
         sys.stdout.reconfigure(line_buffering=True)
     try:
