@@ -86,6 +86,7 @@ def _attempt_report(attempt: Attempt, why: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "plan": attempt.plan.to_json(),
         "rules_applied": rules_summary(attempt.rewrite.applied),
+        "form_choices": attempt.plan.form_choices(),
         "rejected_matches": [r.to_json() for r in attempt.rewrite.rejected[:50]],
         "unsupported_rewritten_graph": with_fixes(attempt.graph_after.unsupported_summary(),
                                                   {}, why),
@@ -303,6 +304,9 @@ def render_markdown(r: dict[str, Any]) -> str:
                 lines.append(f"| {a.get('rule')} | {a.get('count', len(a.get('nodes', [])))} | "
                              f"{a.get('exactness', 'exact' if a.get('exact') else a.get('bound'))}"
                              " |")
+    from rewriter.report import forms
+
+    lines += forms.markdown(r.get("form_choices"))
     if r.get("data"):
         lines += ["", "## Data", "", "| " + " | ".join(DATA_HEADER) + " |",
                   "|" + "---|" * len(DATA_HEADER)]

@@ -63,11 +63,16 @@ class Fix:
     exact: bool
     bound: Bound | None
     round: int | None = None
+    #: How the form was chosen where the target runs several exact forms of one family
+    #: (:func:`rewriter.targets.form_costs.rank`: the alternatives' measured costs), else None.
+    choice: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {"op": self.op, "count": self.count, "reason": self.reason, "rule": self.rule,
                "also": list(self.also), "exact": self.exact,
                "bound": self.bound.to_json() if self.bound else None}
+        if self.choice is not None:
+            out["choice"] = self.choice
         return out if self.round is None else out | {"round": self.round}
 
 
@@ -116,6 +121,15 @@ class Plan:
                     names[f.op].append(rule)
         return {op: ", ".join(rules) for op, rules in names.items()}
 
+    def form_choices(self) -> list[dict[str, Any]]:
+        """Each family's chosen form and its alternatives' costs, once per family (the first
+        fix that chose it)."""
+        seen: dict[str, dict[str, Any]] = {}
+        for f in self.fixes:
+            if f.choice is not None:
+                seen.setdefault(str(f.choice.get("family")), f.choice | {"op": f.op})
+        return list(seen.values())
+
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target, "quantize": self.quantize, "exact_only": self.exact_only,
                 "rules": list(self.rules), "fixes": [f.to_json() for f in self.fixes],
@@ -138,21 +152,47 @@ def plan(model: Model, target: PlanTarget, quantize: str, exact_only: bool = Fal
     chosen: list[str] = []
     matcher = _Matcher(model)
     for op, (count, reason, nodes) in lacking.items():
-        rules, why = choose_rules(op, target, quantize, exact_only, cache, exclude)
+        forms: dict[str, list[Rule]] = {}
+        rules, why = choose_rules(op, target, quantize, exact_only, cache, exclude, forms)
         if not rules:
             unfixable.append(Unfixable(op, count, reason, why))
             continue
+        choices: dict[str, dict[str, Any]] = {}
+        rules = [_cheapest_form(r, forms, matcher, nodes, target, choices) for r in rules]
         best = (rules[0] if len(rules) == 1 else
                 next((r for r in rules if matcher.covers(r, nodes)), rules[0]))
         rules = [best, *(r for r in rules if r is not best)]
         fixes.append(Fix(op, count, reason, best.name, [r.name for r in rules[1:]], best.exact,
-                         best.bound))
+                         best.bound, choice=choices.get(best.name)))
         chosen.extend(r.name for r in rules if r.name not in chosen)
     ordered = sorted((r for r in all_rules() if r.name in chosen),
                      key=lambda r: (r.order, r.sort_key()))
     focus = [n for op in lacking for n in lacking[op][2]]
     return Plan(target.name, quantize, exact_only,
                 [r.name for r in ordered], fixes, unfixable, focus)
+
+
+def _cheapest_form(rule: Rule, forms: dict[str, list[Rule]], matcher: _Matcher,
+                   nodes: list[str], target: PlanTarget,
+                   choices: dict[str, dict[str, Any]]) -> Rule:
+    """The cheapest on ``target`` of the forms of ``rule``'s family the target runs
+    (:func:`rewriter.targets.form_costs.rank`, at the shapes of the regions they match among
+    ``nodes``), among those that match the nodes (all when none does); ``rule`` when it is its
+    family's only form. The evidence goes to ``choices[chosen]``."""
+    from rewriter.targets.form_costs import rank
+
+    family = forms.get(rule.family or rule.name) or [rule]
+    if len(family) < 2:
+        return rule
+    matching = [r for r in family if matcher.covers(r, nodes)] or family
+    if len(matching) < 2:
+        return matching[0]
+    shapes = matcher.shapes(matching, nodes)
+    order, evidence = rank(rule.family, target.name, [r.name for r in matching], shapes)
+    chosen = next(r for r in matching if r.name == order[0])
+    if evidence is not None:
+        choices[chosen.name] = {"chosen": chosen.name, **evidence}
+    return chosen
 
 
 class _Matcher:
@@ -166,21 +206,39 @@ class _Matcher:
         self._g: GraphIndex | None = None
         self._by_op: dict[str, list[Any]] = {}
         self._covered: dict[str, set[str]] = {}
+        self._found: dict[str, list[Match]] = {}
 
     def covers(self, rule: Rule, nodes: list[str]) -> bool:
+        return not self._matches(rule)[0].isdisjoint(nodes)
+
+    def shapes(self, rules: list[Rule], nodes: list[str]) -> list[tuple[int | None, ...]]:
+        """The static shapes of the input ``x`` of each region one of ``rules`` matches among
+        ``nodes`` (each region once, by its root)."""
+        from rewriter.ir.static_eval import tensor_shape
+
+        wanted, found = set(nodes), {}
+        for rule in rules:
+            for m in self._matches(rule)[1]:
+                if m.root.name not in found and "x" in m.inputs and wanted & set(m.node_names):
+                    found[m.root.name] = m.inputs["x"]
+        assert self._g is not None
+        return [s for s in (tensor_shape(self._g, x) for x in found.values()) if s is not None]
+
+    def _matches(self, rule: Rule) -> tuple[set[str], list[Match]]:
         if rule.name not in self._covered:
             if self._g is None:
                 self._g = GraphIndex(self.model.graph_def)
                 for node in self._g:
                     self._by_op.setdefault(node.op, []).append(node)
-            covered: set[str] = set()
+            found: list[Match] = []
             for op in rule.anchors:
                 for node in self._by_op.get(op, ()):
                     m = rule.pattern(self._g, node)
                     if isinstance(m, Match):
-                        covered.update(m.node_names)
-            self._covered[rule.name] = covered
-        return not self._covered[rule.name].isdisjoint(nodes)
+                        found.append(m)
+            self._covered[rule.name] = {n for m in found for n in m.node_names}
+            self._found[rule.name] = found
+        return self._covered[rule.name], self._found[rule.name]
 
 
 def _unsupported(model: Model, target: PlanTarget, quantize: str
@@ -196,15 +254,19 @@ def _unsupported(model: Model, target: PlanTarget, quantize: str
 
 def choose_rules(op: str, target: PlanTarget, quantize: str, exact_only: bool,
                  cache: dict[str, bool] | None = None,
-                 exclude: frozenset[str] | set[str] = frozenset()) -> tuple[list[Rule], str]:
+                 exclude: frozenset[str] | set[str] = frozenset(),
+                 forms: dict[str, list[Rule]] | None = None) -> tuple[list[Rule], str]:
     """The rules to run for ``op`` (best first), or ([], why none fits).
 
     Per rule family (``Rule.family``; alternatives such as elu_exact / elu_ramps share one),
     the best exact rule whose ``emits`` the target runs (its ``fused`` target ops instead when
-    the converter fuses them for the target's artifact kind); families complement each other (fold
-    BN into the conv where possible, Mul+Add elsewhere). Only when no exact rule fits: the
-    single best approximate one, unless ``exact_only``.
+    the converter fuses them for the target's artifact kind); ``forms`` receives each family's
+    fitting exact rules in that order, from which :func:`plan` takes the cheapest on the target
+    (:func:`rewriter.targets.form_costs.rank`). Families complement each other (fold BN into the
+    conv where possible, Mul+Add elsewhere). Only when no exact rule fits: the single best
+    approximate one, unless ``exact_only``.
     """
+
     candidates = [r for r in rules_for_op(op) if r.name not in exclude]
     if not candidates:
         listed = [r.name for r in rules_for_op(op)]
@@ -213,14 +275,14 @@ def choose_rules(op: str, target: PlanTarget, quantize: str, exact_only: bool,
                     f"({', '.join(listed)}) were tried and did not match it")
     cache = {} if cache is None else cache
     missing: list[str] = []
-    exact: dict[str, Rule] = {}
+    exact: dict[str, list[Rule]] = {}
     approx: Rule | None = None
     for rule in candidates:
         lacking = _lacking(rule, target, quantize, cache)
         if lacking:
             missing.append(f"{rule.name} emits {', '.join(lacking)}")
         elif rule.exact:
-            exact.setdefault(rule.family or rule.name, rule)
+            exact.setdefault(rule.family or rule.name, []).append(rule)
         elif exact_only:
             missing.append(f"{rule.name} is approximate (max abs error "
                            f"{rule.bound.max_abs_error if rule.bound else '?'}) and "
@@ -228,7 +290,9 @@ def choose_rules(op: str, target: PlanTarget, quantize: str, exact_only: bool,
         elif approx is None:
             approx = rule
     if exact:
-        return list(exact.values()), ""
+        if forms is not None:
+            forms.update(exact)
+        return [fitting[0] for fitting in exact.values()], ""
     return ([approx], "") if approx is not None else ([], "; ".join(missing))
 
 
@@ -294,8 +358,9 @@ def plan_and_apply(model: Model, target: PlanTarget, quantize: str, exact_only: 
             done = [r for r in (f.rule, *f.also) if r in fired]
             if done:
                 rule = get_rule(done[0])
+                choice = f.choice and f.choice | {"chosen": rule.name}
                 fixes.append(replace(f, rule=rule.name, also=done[1:], exact=rule.exact,
-                                     bound=rule.bound, round=round_no))
+                                     bound=rule.bound, round=round_no, choice=choice))
         applied.extend(res.applied)
         rejected.extend(res.rejected)
         passes_run.extend(res.passes)
