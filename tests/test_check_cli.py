@@ -195,3 +195,49 @@ def test_check_rknn_refuses_an_op_its_document_does_not_support(cli, tmp_path):
     assert code == 1 and res["ok"] is False
     (prod,) = [u for u in res["unsupported"] if u["op"] == "ReduceProd"]
     assert 'the op-support document lists it as "Not Supported"' in prod["reason"]
+
+
+def test_a_refused_export_is_not_called_failed_and_the_plans_artifact_is_stated():
+    """An LSTM's int8 export is refused before the converter runs (a WHILE crashes TF 2.21's
+    calibration): check says the model as given was not exported, not "Export failed", and says
+    what ``rewrite run``'s own artifact (unrolled, exported and checked) holds. Measured on a
+    Keras 3 LSTM(32) keyword spotter (49x10 -> Dense 12) on edgetpu/ethos-u55-128/tflm."""
+    from types import SimpleNamespace
+
+    from tensorflow.core.framework.graph_pb2 import GraphDef
+
+    from rewriter.commands.check import _decide, _print
+    from rewriter.export.request import export_error_json, raise_export_error
+    from rewriter.export.result import ExportError
+    from rewriter.export.tflite import _refuse_loops
+
+    gd = GraphDef()
+    gd.node.add(name="lstm/while/LoopCond", op="LoopCond")
+    with pytest.raises(ExportError) as refused:
+        _refuse_loops(SimpleNamespace(graph_def=gd))
+    with pytest.raises(ExportError) as back:  # through the converter worker's JSON
+        raise_export_error(export_error_json(refused.value))
+    assert refused.value.refused and back.value.refused
+    assert not ExportError("TFLite conversion failed: x", format="tflite").to_json()["refused"]
+    while_row = {"op": "WHILE", "count": 1, "supported": False, "status": "Operation not "
+                 "supported", "reason": "WHILE is not supported"}
+    graph = {"ok": False, "unsupported": [{"op": "WHILE", "count": 1, "reason": "WHILE is not "
+                                           "supported", "fix": "while_unroll"}],
+             "cut": None, "table": [while_row], "ops_on_accelerator": 0, "ops_total": 1,
+             "percent_on_accelerator": 0.0}
+    plan = {"rules": ["while_unroll"], "unfixable": [], "artifact_ok": True,
+            "artifact_unsupported": [], "artifact_error": None}
+    result = _decide({"title": "T", "target": "t", "quantize": "int8", "graph": graph,
+                      "artifact": None, "plan": plan, "vela": None, "vela_disagreements": [],
+                      "export_error": back.value.to_json()}, False)
+    lines: list[str] = []
+    _print(result, SimpleNamespace(out=lines.append))
+    text = "\n".join(lines)
+    assert not result["ok"] and "Export failed" not in text, text
+    assert "The model as given was not exported (the converter was not run): int8" in text
+    assert "its artifact (exported and checked here): the target runs every op" in text
+    assert "(decided on the graph (the model as given was not exported))" in text
+    plan["artifact_error"] = ExportError("TFLite conversion failed: x", format="tflite").to_json()
+    lines.clear()
+    _print(result, SimpleNamespace(out=lines.append))
+    assert "its artifact's export failed: TFLite conversion failed: x" in "\n".join(lines)

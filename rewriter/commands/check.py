@@ -237,6 +237,8 @@ def _plan_json(job: Job) -> dict[str, Any]:
     if attempt.deployment is not None:
         out["artifact_ok"] = attempt.deployment.ok
         out["artifact_unsupported"] = sorted(attempt.deployment.unsupported_ops())
+        error = attempt.deployment.exported.error
+        out["artifact_error"] = error.to_json() if error is not None else None
     return out
 
 
@@ -294,7 +296,8 @@ def _decide(result: dict[str, Any], by_artifact: bool) -> dict[str, Any]:
         err = result["export_error"]
         decided = result["graph"]
         result["ok"] = False
-        result["level"] = "graph (export failed)"
+        result["level"] = ("graph (the model as given was not exported)" if err.get("refused")
+                           else "graph (export failed)")
         unsupported = list(decided["unsupported"]) if decided else []
         if not unsupported:
             unsupported = [{"op": op, "count": 1, "reason": err["message"], "fix": _fix_for(op)}
@@ -320,7 +323,9 @@ def _print(result: dict[str, Any], ui: Any) -> None:
         if data:
             _print_level(level, data, ui)
     if result.get("export_error"):
-        ui.out(f"\nExport failed: {result['export_error']['message']}")
+        err = result["export_error"]
+        ui.out(f"\nThe model as given was not exported (the converter was not run): "
+               f"{err['message']}" if err.get("refused") else f"\nExport failed: {err['message']}")
     if result.get("vela"):
         v = result["vela"]
         t = v["summary"].get("inference_time")
@@ -366,8 +371,14 @@ def _print_plan(plan: dict[str, Any] | None, ui: Any) -> None:
         ui.out(f"  (a second attempt: {plan['retry']['reason']})")
     for u in plan["unfixable"]:
         ui.out(f"  no rule for {u['op']}: {u['why']}")
-    if plan.get("artifact_unsupported"):
+    if plan.get("artifact_error"):
+        err = plan["artifact_error"]
+        ui.out(("  its artifact is not exported: " if err.get("refused") else
+                "  its artifact's export failed: ") + err["message"])
+    elif plan.get("artifact_unsupported"):
         ui.out("  its artifact will still hold " + ", ".join(plan["artifact_unsupported"]))
+    elif plan.get("artifact_ok"):
+        ui.out("  its artifact (exported and checked here): the target runs every op")
 
 
 def _print_level(level: str, data: dict[str, Any], ui: Any) -> None:

@@ -71,4 +71,5 @@ def raise_export_error(result: dict[str, Any]) -> None:
     err = result.get("export_error")
     if err is not None:
         raise ExportError(err["message"], format=err["format"], ops=err["ops"],
-                          nodes=err["nodes"], detail=err["detail"])
+                          nodes=err["nodes"], detail=err["detail"],
+                          refused=bool(err.get("refused")))

@@ -41,13 +41,15 @@ class ExportError(UserError):
     """An export failed; ``ops``/``nodes`` name the unsupported ops and the nodes holding them."""
 
     def __init__(self, message: str, *, format: str, ops: list[str] | None = None,
-                 nodes: list[str] | None = None, detail: str = "") -> None:
+                 nodes: list[str] | None = None, detail: str = "", refused: bool = False) -> None:
         super().__init__(message)
         self.format = format
         self.ops = list(ops or [])
         self.nodes = list(nodes or [])
         self.detail = detail
+        #: True when the converter was not run: the model was refused before it (a known crash).
+        self.refused = refused
 
     def to_json(self) -> dict[str, Any]:
         return {"format": self.format, "message": str(self), "ops": self.ops,
-                "nodes": self.nodes, "detail": self.detail[-4000:]}
+                "nodes": self.nodes, "detail": self.detail[-4000:], "refused": self.refused}

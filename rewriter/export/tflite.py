@@ -116,7 +116,7 @@ def _refuse_loops(model: Model) -> None:
                           "the TFLite converter (TF 2.21); unroll them first (rule while_unroll; "
                           "a loop whose trip count depends on the data cannot be unrolled: give "
                           "static input shapes with --input-shape)", format="tflite",
-                          ops=["WHILE"], nodes=loops)
+                          ops=["WHILE"], nodes=loops, refused=True)
 
 
 def _calibration_samples(model: Model, calibration: Sequence[dict[str, np.ndarray]] | None,
