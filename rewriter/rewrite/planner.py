@@ -2,7 +2,9 @@
 
 :func:`plan` asks the target which nodes it lacks (:meth:`PlanTarget.check_graph`, node level,
 so attribute limits count) and picks, per op and rule family, the best exact rule whose
-``emits`` the target runs (its ``fused`` target ops where the converter fuses them); an
+``emits`` the target runs (its ``fused`` target ops where the converter fuses them; where
+several forms of one family fit, the cheapest on the target by the measured table of
+:mod:`rewriter.targets.form_costs`, recorded in ``Fix.choice``); an
 approximate rule only when no exact one fits (never with ``exact_only``). An op's named fix
 (``Fix.rule``) is the first of them whose pattern matches one of its lacking nodes. Ops no rule fits go to
 ``Plan.unfixable`` with the reason. :func:`plan_and_apply` runs plan -> apply -> re-check in
