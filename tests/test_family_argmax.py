@@ -9,7 +9,8 @@ nearest-class-mean classifier of those colours (97% of the pixels right). A rand
 normal noise failed (0.9863-0.9878 on tflm): every disagreement there sat at a pixel whose two best
 float logits were under 2 int8 steps apart, 20 of 25 an exact int8 tie that ARG_MAX breaks to the
 first index (README, "Arg-max heads"). Measured at landing on tflm and ethos-u55-128 (Vela 5 NPU /
-0 CPU): 0.9980 on both. Edge TPU (no ARG_MAX) and onnx: not covered here.
+0 CPU): 0.9980 on both. On the Edge TPU (no ARG_MAX) ``argmax_reduce_max`` builds the fused
+arg-max (REDUCE_MAX, SUB, MINIMUM, MUL): no cut, 0.9980 too. onnx: not covered here.
 """
 
 from __future__ import annotations
@@ -69,8 +70,24 @@ def _pixel_agreement(model: Path, artifact: Path) -> float:
             x = np.clip(np.round(x / scale + zero), -128, 127).astype(i["dtype"])
         it.set_tensor(i["index"], x)
         it.invoke()
-        got.append(it.get_tensor(o["index"])[0])
+        y = it.get_tensor(o["index"])[0]
+        if o["dtype"] != np.int32 and o["dtype"] != np.int64:  # argmax_reduce_max: a float index
+            scale, zero = o["quantization"]
+            y = np.rint((y.astype(np.float64) - zero) * scale if scale else y)
+        got.append(y)
     return float(np.mean(np.array(got) == want))
+
+
+@pytest.mark.slow
+def test_argmax_head_runs_whole_on_the_edge_tpu_as_a_fused_argmax(argmax_model, tmp_path):
+    code, report = job(argmax_model, "edgetpu", tmp_path / "out")
+    assert code == 0 and report["unsupported_after"] == []
+    assert report["placement_after"]["cut"] is None
+    assert rules_applied(report) == ["argmax_reduce_max"]
+    assert set(report["artifact_ops"]) == {"CONV_2D", "REDUCE_MAX", "SUB", "MINIMUM", "MUL"}
+    assert _pixel_agreement(argmax_model, tmp_path / "out" / "model.tflite") >= 0.99
+    [cmp] = report["equivalence"]["artifact"]["outputs"].values()
+    assert cmp["index_agreement"] >= cmp["min_index_agreement"] == 0.99
 
 
 @pytest.mark.slow

@@ -13,6 +13,8 @@ from __future__ import annotations
 #: rule -> (nearest ExecuTorch Arm pass, nearest onnx2tf option), as read (see the docstring).
 PEERS: dict[str, tuple[str, str]] = {
     "abs_relu_sum": ("", "-rtpo Abs (sqrt(square(x)))"),
+    "argmax_reduce_max": ("", "-rari64 / -rarf32 (ArgMax as ReduceMax; eps 1e-6, which int8 "
+                          "rounds to 0)"),
     "batchnorm_fold_into_conv": ("fuse_batch_norm2d_pass", ""),
     "batchnorm_to_mul_add": ("decompose_batch_norm_no_stats", ""),
     "cumsum_as_conv1x1": ("decompose_cumsum_pass (1-D conv, ones)", ""),
@@ -64,7 +66,7 @@ THEIRS: tuple[tuple[str, str], ...] = (
     ("ExecuTorch decompose_large_stride_maxpool2d_for_u55", "U55 pooling limits"),
     ("ExecuTorch decompose_permute_for_u55_pass", "large transposes split for U55"),
     ("ExecuTorch decompose_linalg_vector_norm, decompose_cosine_similarity", "norms"),
-    ("onnx2tf -rari64 / -fasr", "ArgMax as ReduceMax or fused argmax (Edge TPU)"),
+    ("onnx2tf -fasr", "fused argmax: arg-max before a bilinear upscale, indices resized"),
     ("onnx2tf -nodaftc", "Transpose compressed to <= N dims"),
     ("onnx2tf -prf, -agj", "per-node overrides; a search over replacements"),
 )

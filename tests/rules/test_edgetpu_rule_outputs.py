@@ -115,6 +115,8 @@ SAMPLES: dict[str, tuple[Callable[[], Any], tuple[float, float], int]] = {
     # a 4x bilinear downscale (half-pixel centres, TF's default) as average pools
     "resize_bilinear_as_avg_pool": (_fn(lambda x: tf.image.resize(x, (2, 2)), (1, 8, 8, 8)),
                                     (-1.0, 1.0), 0),
+    # a segmentation head's arg-max over channels, as the fused form (ReduceMax, Sub, Minimum, Mul)
+    "argmax_reduce_max": (_fn(lambda x: tf.argmax(x * 2.0, axis=-1)), (-1.0, 1.0), 0),
 }
 
 
