@@ -49,7 +49,30 @@ def build(name: str, size: int, cal: np.ndarray) -> Any:
     return km
 
 
+#: Where the plain converter's files came from (the baseline cache or this run), per call.
+CONVERTED: list[dict[str, Any]] = []
+
+
 def convert(km: Any, size: int, quantize: str, cal: np.ndarray) -> bytes:
+    """The plain converter's file, from the baseline cache (benchmarks/baseline_cache.py) when
+    the same model (architecture and weights), data, call and tool versions gave it before."""
+    import inspect
+    import json as _json
+
+    from benchmarks import baseline_cache as bc
+
+    parts = {"config": _json.dumps(km.get_config(), sort_keys=True, default=str),
+             "weights": bc.array_hash(*km.get_weights()), "size": size, "quantize": quantize,
+             "calibration": bc.array_hash(*cal), "call": inspect.getsource(_convert)}
+    data, info = bc.cached_bytes("mixed-precision-converter", parts,
+                                 bc.tool_versions(("tensorflow", "keras", "numpy")),
+                                 lambda: _convert(km, size, quantize, cal))
+    if info:
+        CONVERTED.append(dict(info, model=km.name, quantize=quantize))
+    return data
+
+
+def _convert(km: Any, size: int, quantize: str, cal: np.ndarray) -> bytes:
     import keras
     import tensorflow as tf
 
@@ -107,6 +130,7 @@ def one(name: str, target: str, args: Any, tmp: Path, log: Any) -> dict[str, Any
         cal, held = cal / 127.5 - 1.0, held / 127.5 - 1.0
     cal, held = list(cal.astype(np.float32)), list(held.astype(np.float32))
     runtime = "tflm" if target == "tflm" else "litert"
+    first = len(CONVERTED)
     flt = convert(km, size, "none", cal)
     ref = run(flt, held, "litert", tmp)
     row: dict[str, Any] = {"model": name, "target": target, "runtime": runtime}
@@ -128,6 +152,7 @@ def one(name: str, target: str, args: Any, tmp: Path, log: Any) -> dict[str, Any
     acc, top1 = accuracy(ref, run(int8_weights_only(flt)[0], held, "litert", tmp))
     row["weights"] = {"cosine": acc["out"], "top1": top1.get("out")}
     log(f"{name} {target} int8 weights only: {row['weights']}")
+    row["converter_cache"] = CONVERTED[first:]
     sig_in = run_input_name(flt, tmp)
     mq = MixedQuantizer(flt, [{sig_in: x[None]} for x in cal])
     try:
@@ -266,6 +291,10 @@ def main(argv: list[str] | None = None) -> int:
                 Path(f"{out}.json").write_text(json.dumps(rows, indent=1))
     md = (f"# Mixed precision: int8, 16x8 and the chosen plan at cosine >= {args.accuracy}\n\n"
           f"{_about(args)} {time.time() - start:.0f} s.\n\n{table(rows)}\n")
+    from benchmarks import baseline_cache as bc
+
+    cached = bc.note([c for r in rows for c in r.get("converter_cache", [])])
+    md += f"\n{cached}\n" if cached else ""
     Path(f"{out}.md").write_text(md)
     stamp.stamp_files([Path(f"{out}.md"), Path(f"{out}.json")], "mixed_precision.py", argv)
     print(md)

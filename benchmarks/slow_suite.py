@@ -14,7 +14,7 @@ them) add up. ``slow_suite.md`` / ``slow_suite.json`` in ``--out`` (default benc
 merge every shard with HEAD's code key (the latest record of a test wins): commit, date,
 machine, the shards, pass/fail per test, every failure's last line, and the tests no shard ran.
 
-A 3-hour session cannot run the ~4 hours of slow tests on 2 shared cores: run a shard
+A session may not hold the ~2 hours of slow tests on 2 shared cores: run a shard
 (``--only-files tests/test_fuzz.py,...`` or ``-- -k EXPR``), or ``--resume`` (skip the tests
 already recorded at this code), commit the shard and the summary; the next session resumes.
 ``--summarize`` only rewrites the summary from the shards. The test files run cheapest first;
@@ -38,7 +38,7 @@ from benchmarks import stamp  # noqa: E402
 
 # Roughly cheapest first, so an interrupted run has recorded the most tests.
 ORDER = [
-    "tests/test_batch.py", "tests/test_prequant.py", "tests/test_contract.py",
+    "tests/test_results_claims.py", "tests/test_batch.py", "tests/test_prequant.py", "tests/test_contract.py",
     "tests/test_check_cli.py", "tests/test_fuzz.py", "tests/test_activations.py",
     "tests/test_planner_agreement.py", "tests/test_families.py", "tests/test_unfreeze.py",
     "tests/rules/test_activation_rules_real_architectures.py",

@@ -80,14 +80,40 @@ def build(name: str, size: int, workdir: Path) -> Path:
     return case
 
 
+def _inputs(case: Path) -> list[Path]:
+    info = json.loads((case / "case.json").read_text())
+    return [case / info["model"], case / info["calibration"]]
+
+
 def plain(case: Path) -> dict[str, Any]:
+    """The plain converter's file (zoo_tools plain-tflite), from the baseline cache when the
+    same model, calibration data, tool versions and command already gave it
+    (``benchmarks/baseline_cache.py``)."""
+    from benchmarks import baseline_cache as bc
+
     out = case / "plain_int8.tflite"
-    if out.exists():
-        return {"ok": True, "path": str(out)}
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "zoo_tools.py"),
-                           "plain-tflite", str(case), str(out)], capture_output=True, text=True,
-                          env={**_env(), "ZOO_QUIET": "1"})
-    return _result(proc)
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "zoo_tools.py"), "plain-tflite", str(case),
+           str(out)]
+
+    return bc.cached("plain-tflite", _inputs(case), cmd[1:], bc.tool_versions(PLAIN_TOOLS),
+                     lambda r: [out] if r.get("ok") else [], {"case": case},
+                     lambda: _tool(cmd, out), _finished)
+
+
+def _tool(cmd: list[str], out: Path) -> dict[str, Any]:
+    out.unlink(missing_ok=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**_env(), "ZOO_QUIET": "1"})
+    return {**_result(proc), "exit": proc.returncode}
+
+
+def _finished(res: dict[str, Any]) -> bool:
+    """zoo_tools exits 0 with its result (a converter's exception included); a signal or
+    another exit is a crash, never kept in the baseline cache."""
+    return res.get("exit") == 0
+
+
+PLAIN_TOOLS = ("tensorflow", "keras", "tf-keras", "numpy")
+ONNX_TOOLS = (*PLAIN_TOOLS, "tf2onnx", "onnx")
 
 
 def _result(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -108,27 +134,32 @@ def _result(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 
 def onnx2tf(case: Path, exe: str) -> dict[str, Any]:
     """onnx2tf (benchmarks/zoo.py's way: tf2onnx's file, then onnx2tf's full-int8 command line
-    with our calibration data, its default backend then ``-tb tf_converter``); kept in
-    ``case/onnx2tf/result.json``."""
+    with our calibration data, its default backend then ``-tb tf_converter``); tf2onnx's and
+    onnx2tf's files come from the baseline cache when they finished before on the same inputs
+    (``benchmarks/baseline_cache.py``)."""
+    from benchmarks import baseline_cache as bc
     from benchmarks import zoo
 
     out = case / "onnx2tf"
-    done = out / "result.json"
-    if done.exists():
-        return json.loads(done.read_text())
     out.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "zoo_tools.py"),
-                           "plain-onnx", str(case), str(out / "plain.onnx")], capture_output=True,
-                          text=True, env={**_env(), "ZOO_QUIET": "1"})
-    exported = _result(proc)
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "zoo_tools.py"), "plain-onnx", str(case),
+           str(out / "plain.onnx")]
+    exported = bc.cached(
+        "plain-onnx", _inputs(case), cmd[1:], bc.tool_versions(ONNX_TOOLS),
+        lambda r: [out / "plain.onnx"] if r.get("ok") else [], {"case": case},
+        lambda: _tool(cmd, out / "plain.onnx"), _finished)
     if not exported.get("ok"):
-        res = {"ok": False, "error": f"tf2onnx: {exported.get('error')}"}
-    else:
-        run = zoo._onnx2tf(exe, case, out, exported, _env())
-        res = ({"ok": True, "path": run["file"], "backend": run["backend"]} if run["file"] else
-               {"ok": False, "error": "onnx2tf: " + "; ".join(run.get("errors") or ["failed"])})
-    done.write_text(json.dumps(res) + "\n")
-    return res
+        return {"ok": False, "error": f"tf2onnx: {exported.get('error')}",
+                "baseline_cache": exported.get("baseline_cache")}
+    run = bc.cached("onnx2tf", [*_inputs(case), out / "plain.onnx"], zoo.onnx2tf_way(exe),
+                    {"onnx2tf": zoo.versions(exe).get("onnx2tf", "absent")},
+                    lambda r: [Path(r["file"])] if r.get("file") else [], {"case": case},
+                    lambda: zoo._onnx2tf(exe, case, out, exported, _env()),
+                    zoo.onnx2tf_finished)
+    res = ({"ok": True, "path": run["file"], "backend": run["backend"]} if run["file"] else
+           {"ok": False, "error": "onnx2tf: " + "; ".join(run.get("errors") or ["failed"])})
+    return {**res, "baseline_cache": run.get("baseline_cache"),
+            "tf2onnx_cache": exported.get("baseline_cache")}
 
 
 def job(case: Path, target: str) -> dict[str, Any]:
@@ -237,6 +268,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="onnx2tf's executable: add its full-int8 file (benchmarks/zoo.py's way)")
     args = ap.parse_args(argv)
     systems = dict(item.split(":", 1) for item in args.system_configs.split(",") if item)
+    from benchmarks import baseline_cache as bc
+
+    # The job artifacts kept in the work directory are our code's: rerun them for other code.
+    bc.fresh_for_code(args.workdir, ["*/job_*"])
     rows: list[dict[str, Any]] = []
     names = args.models.split(",")
     configs = args.configs.split(",")
@@ -260,7 +295,10 @@ def main(argv: list[str] | None = None) -> int:
             system = systems.get(config) or SYSTEM[config.rsplit("-", 1)[0]]
             row = {"model": name, "config": config, "system": system,
                    "rules": art.get("rules", []), "artifact_cosine": art.get("artifact_cosine"),
-                   "job_seconds": art.get("seconds")}
+                   "job_seconds": art.get("seconds"),
+                   "baseline_cache": [c for c in (base.get("baseline_cache"),
+                                                  (other or {}).get("tf2onnx_cache"),
+                                                  (other or {}).get("baseline_cache")) if c]}
             row["plain"] = judge(base["path"], config, system) if base.get("ok") else base
             row["job"] = judge(art["path"], config, system) if art.get("path") else art
             if other is not None:
@@ -281,6 +319,12 @@ def write(rows: list[dict[str, Any]], not_run: list[str], args: argparse.Namespa
     args.out.parent.mkdir(parents=True, exist_ok=True)
     md, js = args.out.with_suffix(".md"), args.out.with_suffix(".json")
     text = render(rows)
+    from benchmarks import baseline_cache as bc
+
+    cached = bc.note([c for r in rows for c in r.get("baseline_cache", [])
+                      if r["config"] == rows[0]["config"]])
+    if cached:
+        text += f"\n{cached}\n"
     if not_run:
         text += f"\nNot run (the run stopped or was stopped first): {', '.join(not_run)}.\n"
     md.write_text(text)

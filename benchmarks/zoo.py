@@ -171,21 +171,38 @@ def baselines(workdir: Path, name: str, targets: list[str], onnx2tf: str | None
     tools = str(ROOT / "benchmarks" / "zoo_tools.py")
     tfl_targets = [t for t in targets if t != "onnx"]
     res: dict[str, Any] = {}
+    from benchmarks import baseline_cache as bc
+    from benchmarks.speed import ONNX_TOOLS, PLAIN_TOOLS, _inputs
+
+    def conversion(kind: str, cmd: list[str], file: Path, tools: tuple[str, ...]) -> Any:
+        """A conversion, from the baseline cache when it ran before on the same inputs (its
+        result: zoo_tools exits 0, with the converter's exception if it raised one)."""
+        return lambda: bc.cached(
+            kind, _inputs(case), cmd[1:], bc.tool_versions(tools),
+            lambda r: [file] if (r.get("result") or {}).get("ok") else [],
+            {"case": case, "out": out}, lambda: measured(cmd, env=env),
+            lambda r: r.get("exit") == 0 and r.get("result") is not None)
+
     if tfl_targets:
-        res["plain_tflite"] = _cached(out / "plain_tflite.json", lambda: measured(
-            _py(tools, "plain-tflite", str(case), str(out / "plain_int8.tflite")), env=env))
+        res["plain_tflite"] = _cached(out / "plain_tflite.json", conversion(
+            "plain-tflite", _py(tools, "plain-tflite", str(case), str(out / "plain_int8.tflite")),
+            out / "plain_int8.tflite", PLAIN_TOOLS))
         if (out / "plain_int8.tflite").exists():
             res["plain_tflite"]["judge"] = _cached(out / "plain_tflite_judge.json", lambda: (
                 measured(_py(tools, "judge", str(case), str(out / "plain_int8.tflite"),
                              ",".join(tfl_targets)), env=env)["result"]))
-    res["plain_onnx"] = _cached(out / "plain_onnx.json", lambda: measured(
-        _py(tools, "plain-onnx", str(case), str(out / "plain.onnx")), env=env))
+    res["plain_onnx"] = _cached(out / "plain_onnx.json", conversion(
+        "plain-onnx", _py(tools, "plain-onnx", str(case), str(out / "plain.onnx")),
+        out / "plain.onnx", ONNX_TOOLS))
     if "onnx" in targets and (out / "plain.onnx").exists():
         res["plain_onnx"]["judge"] = _cached(out / "plain_onnx_judge.json", lambda: measured(
             _py(tools, "judge", str(case), str(out / "plain.onnx"), "onnx"), env=env)["result"])
     if onnx2tf and tfl_targets and (out / "plain.onnx").exists():
-        res["onnx2tf"] = _cached(out / "onnx2tf.json", lambda: _onnx2tf(
-            onnx2tf, case, out, res["plain_onnx"], env))
+        res["onnx2tf"] = _cached(out / "onnx2tf.json", lambda: bc.cached(
+            "onnx2tf", [*_inputs(case), out / "plain.onnx"], onnx2tf_way(onnx2tf),
+            {"onnx2tf": versions(onnx2tf).get("onnx2tf", "absent")},
+            lambda r: [Path(r["file"])] if r.get("file") else [], {"case": case, "out": out},
+            lambda: _onnx2tf(onnx2tf, case, out, res["plain_onnx"], env), onnx2tf_finished))
         quant = res["onnx2tf"].get("file")
         if quant and Path(quant).exists() and Path(quant).stat().st_size:
             res["onnx2tf"]["judge"] = _cached(out / "onnx2tf_judge.json", lambda: measured(
@@ -249,6 +266,22 @@ def _onnx2tf(onnx2tf: str, case: Path, out: Path, plain_onnx: dict[str, Any],
     res["pipeline_seconds"] = round(res["seconds"] + plain_onnx.get("seconds", 0), 2)
     res["pipeline_peak_rss_mb"] = max(res["peak_rss_mb"], plain_onnx.get("peak_rss_mb", 0))
     return res
+
+
+def onnx2tf_finished(res: dict[str, Any]) -> bool:
+    """onnx2tf wrote its file, or every attempt exited with its own error (a positive exit
+    code: not a signal, not a timeout): the baseline cache may keep it."""
+    return bool(res.get("file")) or all(
+        isinstance(a.get("exit"), int) and a["exit"] > 0 for a in res.get("attempts", []))
+
+
+def onnx2tf_way(onnx2tf: str) -> list[str]:
+    """What decides onnx2tf's output besides its inputs and version: the executable and the
+    code that builds its command lines and picks the backend (the baseline cache's key)."""
+    import inspect
+
+    return [onnx2tf, inspect.getsource(onnx2tf_command), inspect.getsource(_onnx2tf),
+            repr(RTPO), SAMPLE_FILE]
 
 
 def setup_onnx2tf(venv: Path, python: str | None) -> int:
@@ -357,8 +390,13 @@ def main(argv: list[str] | None = None) -> int:
             "versions": versions(onnx2tf),
             "onnx2tf_flags": ["-kat", "-rtpo", *RTPO, "-oiqt", "-cind", "-iqd", "int8", "-oqd",
                               "int8"]}
+    from benchmarks import baseline_cache as bc
+
+    # Jobs and judges are our code's: a work directory last used with other code loses them.
+    meta["workdir_code_changed"] = bc.fresh_for_code(args.workdir,
+                                                     ["batch", "zoo.toml", "baselines/*/*judge*"])
     meta["resumed"] = (args.workdir / "batch").exists() or (args.workdir / "baselines").exists()
-    args.workdir.mkdir(parents=True, exist_ok=True)
+    meta["baseline_cache"] = str(bc.cache_dir() or "off")
     log(f"building {len(models)} models at {args.size}x{args.size}")
     cases = build(args.workdir, args.size, models)
     results: dict[str, Any] = {}

@@ -204,6 +204,14 @@ def render_md(doc: dict[str, Any]) -> str:
         "how many of them the table says *might not be mapped*), Vela for Ethos-U (NPU/CPU "
         "operators, estimated inference time), and int8 cosine to the original float model on "
         "the same 8 verification samples (min over outputs).", ""]
+    from benchmarks import baseline_cache
+
+    cached = baseline_cache.note([(case.get(k) or {}).get("baseline_cache")
+                                  for case in results.values()
+                                  for k in ("plain_tflite", "plain_onnx", "onnx2tf")])
+    if cached:  # their wall time and memory come from the run that measured them
+        lines += [cached + " The time and memory ratios against them compare two runs "
+                  "(`REWRITER_BASELINE_CACHE=off` measures every baseline in this run).", ""]
     lines += ["## Ops placed, Vela's estimate, int8 cosine", "",
               "| model | target | plain converter | onnx2tf | rewrite | cosine: plain / onnx2tf "
               "/ rewrite | rewrite exit |", "|---|---|---|---|---|---|---|"]

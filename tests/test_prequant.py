@@ -96,21 +96,3 @@ def test_bias_correction_cancels_the_mean_int8_error_of_each_layer(net, tmp_path
            if "_rewriter_rule" in n.attr and n.attr["_rewriter_rule"].s == b"bias_correction"]
     assert len(ops) == len(corrected.layers)
     assert mean_shift(corrected.model) < mean_shift(model)
-
-
-@pytest.mark.slow
-def test_the_benchmark_table_is_regenerated_from_one_run(tmp_path):
-    """``benchmarks/prequant_int8.py`` on one small real architecture: every variant measured
-    against the plain converter of the same run, the equalisation exact in float, the table and
-    its finding rendered from the figures."""
-    from benchmarks.prequant_int8 import VARIANTS, render, run_model
-
-    row = run_model("MobileNetV3Small", 32, tmp_path)
-    variants = row["variants"]
-    assert list(variants) == list(VARIANTS) and variants["plain"]["error_ratio"] == 1.0
-    assert variants["cle"]["float_moved"] < 1e-4 < variants["bias"]["float_moved"]
-    assert all(0 < v["cosine"] <= 1 for v in variants.values())
-    md = render({"command": "cmd", "date": "now", "size": 32, "held_out": 8,
-                 "versions": {}, "models": [row]})
-    assert "| MobileNetV3Small | cle+bias |" in md
-    assert "best error ratio per model is MobileNetV3Small" in md
