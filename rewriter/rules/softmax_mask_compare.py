@@ -41,7 +41,6 @@ import numpy as np
 
 from rewriter.ir.graph import GraphIndex, NodeDef, data_inputs
 from rewriter.ir.ranges import observed_range
-from rewriter.rules._unary import MARGIN
 from rewriter.rules.base import (
     Builder,
     Match,
@@ -50,9 +49,8 @@ from rewriter.rules.base import (
     dtype_of,
     producer_op,
     static_value,
-    tensor_shape,
 )
-from rewriter.rules.softmax_mask_select import mask_gap
+from rewriter.rules.softmax_mask_select import mask_placement_reject
 
 #: The smallest window relative to the compared values' scale (used where the threshold's own
 #: float32 step is smaller, i.e. ``|t| < 2**-7 * scale``).
@@ -153,20 +151,10 @@ class SoftmaxMaskCompare(Rule):
         return None
 
     def check(self, g: GraphIndex, m: Match) -> Reject | None:
-        select, x = m.nodes[1], m.inputs["x"]
-        if dtype_of(select) != np.dtype(np.float32):
-            return Reject(f"dtype {dtype_of(select)} is not float32", select.name)
-        shape = tensor_shape(g, select.name)
-        if shape is None or not shape or shape[-1] is None:
-            return Reject(f"output shape {shape} has no static last axis", select.name)
-        seen = observed_range(g, x)
-        if seen is None:
-            return Reject(f"no observed range for {x}: the mask value is placed below the "
-                          "scores' calibration range (the job passes its samples)", select.name)
-        placed = seen.lo - MARGIN * (seen.hi - seen.lo) - mask_gap(int(shape[-1]))
-        if float(np.max(m.consts["mask"])) > placed:
-            return Reject(f"mask value {float(np.max(m.consts['mask'])):.4g} is not below "
-                          f"{placed:.4g}: not a mask", select.name)
+        select = m.nodes[1]
+        refused = mask_placement_reject(g, m)  # sets m.extra["placed"]
+        if refused is not None:
+            return refused
         for leaf in _leaves(m.extra["cond"]):
             what = observed_range(g, leaf.ref)
             if what is None:
@@ -181,7 +169,6 @@ class SoftmaxMaskCompare(Rule):
                                   "the calibration data, not 0/1", select.name)
             else:
                 leaf.w = WINDOW * max(abs(what.lo), abs(what.hi), abs(leaf.t), 1.0)
-        m.extra["placed"] = placed
         return None
 
     def _dropped(self, b: Builder, c: _Cond) -> str:

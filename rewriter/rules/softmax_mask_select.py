@@ -50,6 +50,33 @@ def mask_gap(n: int) -> float:
     return GAP + math.log(max(n, 1))
 
 
+def mask_placement_reject(g: GraphIndex, m: Match) -> Reject | None:
+    """Why the mask value ``M'`` cannot be placed for the match of a select (``m.nodes[1]``) of
+    scores ``m.inputs["x"]`` and mask ``m.consts["mask"]`` before a softmax: the select is not
+    float32, its last axis is not static, no samples, or the model's mask value is not below
+    ``M'``; else None, with ``m.extra["placed"] = M'`` (``lo - K``, ``lo`` the scores'
+    calibration minimum widened by :data:`MARGIN`). Shared with :mod:`softmax_mask_compare`."""
+    select, x, mask = m.nodes[1], m.inputs["x"], m.consts["mask"]
+    if dtype_of(select) != np.dtype(np.float32):
+        return Reject(f"dtype {dtype_of(select)} is not float32", select.name)
+    shape = tensor_shape(g, select.name)
+    if shape is None or not shape or shape[-1] is None:
+        return Reject(f"output shape {shape} has no static last axis", select.name)
+    seen = observed_range(g, x)
+    if seen is None:
+        return Reject(f"no observed range for {x}: the mask value is placed below the "
+                      "scores' calibration range (the job passes its samples)", select.name)
+    lo = seen.lo - MARGIN * (seen.hi - seen.lo)
+    placed = lo - mask_gap(int(shape[-1]))
+    worst = float(np.max(mask))
+    if worst > placed:
+        return Reject(f"mask value {worst:.4g} is not below {placed:.4g} (the scores' "
+                      f"calibration minimum {seen.lo:.4g} less {mask_gap(int(shape[-1])):.3g})"
+                      ": not a mask", select.name)
+    m.extra["placed"] = placed
+    return None
+
+
 class SoftmaxMaskSelect(Rule):
     """softmax(where(c, x, M)) = softmax(x*c + (1-c)*M'), M' = lo - 17 - ln n; c const; exact.
 
@@ -82,25 +109,7 @@ class SoftmaxMaskSelect(Rule):
         return None
 
     def check(self, g: GraphIndex, m: Match) -> Reject | None:
-        node, x = m.nodes[1], m.inputs["x"]
-        if dtype_of(node) != np.dtype(np.float32):
-            return Reject(f"dtype {dtype_of(node)} is not float32", node.name)
-        shape = tensor_shape(g, node.name)
-        if shape is None or not shape or shape[-1] is None:
-            return Reject(f"output shape {shape} has no static last axis", node.name)
-        seen = observed_range(g, x)
-        if seen is None:
-            return Reject(f"no observed range for {x}: the mask value is placed below the "
-                          "scores' calibration range (the job passes its samples)", node.name)
-        lo = seen.lo - MARGIN * (seen.hi - seen.lo)
-        placed = lo - mask_gap(int(shape[-1]))
-        worst = float(np.max(m.consts["mask"]))
-        if worst > placed:
-            return Reject(f"mask value {worst:.4g} is not below {placed:.4g} (the scores' "
-                          f"calibration minimum {seen.lo:.4g} less {mask_gap(int(shape[-1])):.3g})"
-                          ": not a mask", node.name)
-        m.extra["placed"] = placed
-        return None
+        return mask_placement_reject(g, m)
 
     def rewrite(self, g: GraphIndex, m: Match, b: Builder) -> str:
         keep = m.consts["keep"].astype(np.float64)
