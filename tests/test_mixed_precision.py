@@ -203,6 +203,30 @@ def test_accuracy_job_delivers_the_plan_int8_cannot_reach(cli, tmp_path, target,
     assert kinds.get("int16", 0) >= 1 and "float32" not in kinds
 
 
+@pytest.mark.slow
+def test_an_unreachable_accuracy_ends_1_with_the_best_plan_and_what_bounds_it(cli, tmp_path,
+                                                                             starved_keras):
+    import json
+
+    np.save(tmp_path / "cal.npy", np.random.default_rng(1).normal(size=(256, 16))
+            .astype(np.float32))
+    out = tmp_path / "out"
+    code, stdout, _ = cli(starved_keras[1], "--target", "tflm", "--calibration",
+                          tmp_path / "cal.npy", "--accuracy", "0.999999", "-o", out, "--json")
+    prec = json.loads((out / "report.json").read_text())["precision"]
+    assert code == 1 and not prec["met"], stdout[-2000:]
+    # every op promoted, then the converter's whole-model 16x8 file, costed like the others
+    whole = [t for t in prec["trials"] if t.get("label")]
+    assert len(whole) == 1 and whole[0]["label"].startswith("the whole model in 16x8")
+    assert whole[0]["cost"]["size_kib"] > 0 and whole[0]["accuracy"]
+    assert max(t["promoted"] for t in prec["trials"] if not t.get("label")) == 3
+    # what bounds it: the weights alone in int8 (measured 0.99998 in TFLite Micro)
+    ceiling = prec["would_reach"][0]
+    assert "3 conv/dense weight tensors alone in int8" in ceiling, ceiling
+    assert "< 0.999999: no plan with int8 weights" in ceiling
+    assert prec["delivered"] and min(prec["plan"]["accuracy"].values()) > 0.999
+
+
 @pytest.mark.slow  # 27 s on the shared machine (a Keras save and a job's load)
 def test_accuracy_without_an_int8_tflite_is_bad_input(cli, tmp_path, starved_keras):
     code, _, err = cli(starved_keras[1], "--target", "onnx", "--accuracy", "0.99",
