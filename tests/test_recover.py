@@ -130,7 +130,9 @@ def test_calibration_data_is_split_so_held_back_samples_are_never_trained_on(sam
     trained = np.stack([s["image"] for s in data.calibration_samples])
     np.testing.assert_array_equal(held, np.load(calib)[12:16].reshape(held.shape))
     assert not any(np.array_equal(h, t) for h in held for t in trained)
-    assert "held back from --calibration" in data.verification.notes[0]
+    assert data.verification.notes[0].startswith("held back from --calibration: its last 4 "
+                                                 "sample(s) (a quarter of its 16, at most "
+                                                 "--samples 8)")
     from rewriter.verify.data import from_recipe
 
     again = from_recipe(json.loads(json.dumps(data.verification.recipe)), model.inputs)
@@ -192,6 +194,35 @@ def test_keep_or_drop_is_a_paired_test_on_enough_inputs():
                  n, "d")
     assert not few.kept and few.why.startswith(f"too few inputs to tell: {n} on d")
     assert few.to_json()["min_samples"] == MIN_DECISION_SAMPLES
+
+
+def test_the_reports_say_what_the_keep_or_drop_rests_on():
+    """report.md and report.html give --recover its own section: how many held-back inputs the
+    decision rests on and how they were chosen, its rule, and the margin the gain had to beat;
+    too few inputs name what gives enough (--samples caps the held-back quarter)."""
+    from rewriter.report.build import render_markdown
+    from rewriter.report.html import render_html
+    from rewriter.tune.recover import decide
+
+    ref = {"y": np.tile([1.0, 0.0], (8, 1))}
+    noisy = 0.90 + 0.005 + 0.05 * np.where(np.arange(8) % 2 == 0, 1, -1)
+    dec = decide(ref, _outputs(np.full(8, 0.90)), _outputs(noisy), 8,
+                 "8 sample(s) held back from --calibration")
+    rec = {"method": "distillation", "epochs": 20, "train_samples": 32, "held_back": 8,
+           "split": "8 sample(s) held back from --calibration", "kept": False,
+           "decision": dec.to_json()}
+    md = render_markdown({"ok": True, "target": "edgetpu", "recover": rec})
+    html = render_html({"ok": True, "target": "edgetpu", "recover": rec})
+    head = ("--recover: 20 epochs on 32 sample(s); decided on 8 input(s) it never trained on (8 "
+            "sample(s) held back from --calibration)")
+    assert f"## Fine-tuning (--recover)\n\n- {head}" in md
+    assert f"margin {dec.margin:.5g}" in md and dec.margin > 0
+    assert "rule: keep when samples >= 8 and the mean per-sample cosine gain > 2 x its" in md
+    assert "- dropped: not better on 8 inputs" in md
+    assert head in html and f"margin {dec.margin:.5g}" in html
+    few = decide({"y": ref["y"][:4]}, _outputs(np.full(4, 0.5)), _outputs(np.full(4, 0.9)), 4,
+                 "4 sample(s) held back from --calibration")
+    assert "or at least 32 calibration samples and --samples >= 8" in few.why
 
 
 @pytest.mark.slow  # ~60 s: a 20-epoch fine-tuning and two Edge TPU compilations

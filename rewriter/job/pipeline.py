@@ -341,7 +341,7 @@ def _recover(ctx: _Context, attempt: Attempt, bar: Bar | None) -> tuple[Attempt,
     candidate = ctx.outdir / CANDIDATE_DIR
     out = _deliver(ctx, tuned, candidate, (), "writing the fine-tuned SavedModel", train)
     recovery = Recovery(result, attempt.artifact, out.artifact, float_after,
-                        len(ctx.data.samples))
+                        len(ctx.data.samples), split=ctx.data.basis)
     error_after = (_train_error(ctx, out.deployment.exported.path, train, teacher, runtime)
                    if out.artifact is not None else math.inf)
     recovery.train_error = (error_before, error_after)

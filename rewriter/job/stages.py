@@ -203,7 +203,8 @@ def job_data(model: Model, quantize: str, calibration: str | None = None,
         else:
             held = max(1, min(samples, n // 4))
             data, cal = whole.tail(held), whole.head(n - held).head(cap)
-            data.notes.insert(0, f"held back from {flag}: its last {held} sample(s), which "
+            data.notes.insert(0, f"held back from {flag}: its last {held} sample(s) (a "
+                                 f"quarter of its {n}, at most --samples {samples}), which "
                                  f"are never {what} on")
             basis = f"{held} sample(s) held back from {flag}"
     if calibrates and cal is None:

@@ -340,6 +340,10 @@ def render_markdown(r: dict[str, Any]) -> str:
     if div:
         lines += ["", "## First divergence (intermediate tensors)", "", div["summary"] + "."]
     lines += _placement_md(r)
+    from rewriter.tune.recover import markdown_lines
+
+    rec = markdown_lines(r.get("recover"))
+    lines += ["", "## Fine-tuning (--recover)", "", *(f"- {t}" for t in rec)] if rec else []
     lines += _vela_md(r.get("vela"))
     from rewriter.report import memory
 

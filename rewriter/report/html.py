@@ -439,6 +439,14 @@ def _artifact_and_timings(report: Mapping[str, Any]) -> str:
             if out else "")
 
 
+def _recover(report: Mapping[str, Any]) -> str:
+    from rewriter.tune.recover import markdown_lines
+
+    lines = markdown_lines(report.get("recover"))
+    return ("<h2>Fine-tuning (--recover)</h2><ul>" + "".join(f"<li>{_e(t)}</li>" for t in lines)
+            + "</ul>") if lines else ""
+
+
 def _notes(report: Mapping[str, Any]) -> str:
     items = [f"warning: {w}" for w in report.get("warnings") or []]
     items += list(report.get("notes") or [])
@@ -463,7 +471,7 @@ def render_html(report: Mapping[str, Any], extras: Mapping[str, Any] | None = No
 
     body = "".join(head + [_data(report), _equivalence(report, plots),
                            html_section(report.get("int8_layers"), _table), _divergence(plots),
-                           _per_rule(plots),
+                           _per_rule(plots), _recover(report),
                            _op_tables(report), _rules(report), _vela(report),
                            memory.html(report.get("memory"), _table),
                            _artifact_and_timings(report), explorer_html(dict(report)),

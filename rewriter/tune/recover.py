@@ -400,8 +400,10 @@ def decide(reference: Mapping[str, np.ndarray], before: Mapping[str, np.ndarray]
            f"{int(np.sum(d > 0))} of {n}")
     if n < MIN_DECISION_SAMPLES:
         kept, why = False, (f"too few inputs to tell: {n} on {source}, at least "
-                            f"{MIN_DECISION_SAMPLES} needed ({fig}); give --data with more "
-                            "samples, or more calibration samples to hold back")
+                            f"{MIN_DECISION_SAMPLES} needed ({fig}); give --data with at least "
+                            f"{MIN_DECISION_SAMPLES} samples, or at least "
+                            f"{4 * MIN_DECISION_SAMPLES} calibration samples and --samples >= "
+                            f"{MIN_DECISION_SAMPLES} (a quarter is held back, at most --samples)")
     elif gain > 0 and gain > margin:
         kept, why = True, f"better on {n} inputs of {source} beyond the noise: {fig}"
     else:
@@ -425,8 +427,12 @@ class Recovery:
     train_error: tuple[float, float] | None = None  # on the fine-tuning inputs, before/after
     decision: Decision | None = None  # keep or drop, on inputs the distillation never used
 
+    #: how the inputs the decision rests on were chosen (the job's ``basis``)
+    split: str = ""
+
     def to_json(self) -> dict[str, Any]:
-        return {**self.result.to_json(), "held_back": self.held_back, "kept": self.kept,
+        return {**self.result.to_json(), "held_back": self.held_back, "split": self.split,
+                "kept": self.kept,
                 "decision": self.decision.to_json() if self.decision else None,
                 "train_error": list(self.train_error) if self.train_error else None,
                 "before": _brief(self.before), "after": _brief(self.after),
@@ -471,3 +477,27 @@ def float_comparison(reference: Mapping[str, np.ndarray], model: Model,
     cmp.notes.append("fine-tuned float graph vs original: informative, no pass criterion (it "
                      "is tuned for the quantised artifact)")
     return cmp
+
+
+def markdown_lines(rec: Mapping[str, Any] | None) -> list[str]:
+    """``report["recover"]`` in words for report.md and report.html: what was fine-tuned on, the
+    inputs the keep-or-drop decision rests on (how many, how chosen), its rule and margin."""
+    if not rec:
+        return []
+    flag = "--qat" if rec.get("method") == "tfmot" else "--recover"
+    out = [f"{flag}: {rec.get('epochs')} epochs on {rec.get('train_samples')} sample(s); "
+           f"decided on {rec.get('held_back')} input(s) it never trained on"
+           + (f" ({rec['split']})" if rec.get("split") else "")]
+    dec = rec.get("decision") or {}
+    if dec:
+        out.append(f"rule: {dec.get('rule')}")
+        fig = [f"{k} {_fmt(dec.get(k))}" for k in ("before", "after", "gain",
+                                                      "standard_error", "margin")]
+        out.append("mean worst-output cosine: " + ", ".join(fig)
+                   + f"; improved on {dec.get('improved')} of {dec.get('samples')}")
+        out.append(("kept: " if rec.get("kept") else "dropped: ") + str(dec.get("why")))
+    return out
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.5g}" if isinstance(v, float) else str(v)
