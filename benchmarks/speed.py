@@ -15,6 +15,12 @@ estimated by ``rewriter.targets.cost``): NPU ms from Vela's per-layer cycles, ho
 Vela leaves on the CPU (a lower bound, see ``rewriter/targets/cost.py``), NPU/CPU op counts.
 
 Results: ``benchmarks/results/speed.md`` and ``speed.json``, stamped (``benchmarks/stamp.py``).
+
+``--workdir`` caches each case's model, plain file and job output (a rerun skips what exists):
+use a fresh one for each commit measured, or the job's artifacts are an older commit's. Wall time:
+NASNetMobile alone (build, plain converter, job, Vela on both configs) took 22 min at 6ee5b80 on
+the shared 2-core machine under load 8.7; the whole zoo is estimated at about 4 hours there
+(``benchmarks/regenerate.py``'s plan says 240 min).
 """
 
 from __future__ import annotations
