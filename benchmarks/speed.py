@@ -16,8 +16,9 @@ Vela leaves on the CPU (a lower bound, see ``rewriter/targets/cost.py``), NPU/CP
 
 Results: ``benchmarks/results/speed.md`` and ``speed.json``, stamped (``benchmarks/stamp.py``).
 
-``--workdir`` caches each case's model, plain file and job output (a rerun skips what exists):
-use a fresh one for each commit measured, or the job's artifacts are an older commit's. Wall time:
+``--workdir`` keeps each case's model and job output (a rerun skips a job whose report.json
+exists): use a fresh one for each commit measured, or the job's artifacts are an older commit's
+(the plain converter's file comes from ``benchmarks/baseline_cache.py``, keyed by its inputs). Wall time:
 NASNetMobile alone (build, plain converter, job, Vela on both configs) took 22 min at 6ee5b80 on
 the shared 2-core machine under load 8.7; the whole zoo is estimated at about 4 hours there
 (``benchmarks/regenerate.py``'s plan says 240 min).
@@ -123,7 +124,7 @@ ONNX_TOOLS = (*PLAIN_TOOLS, "tf2onnx", "onnx")
 
 
 def _result(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    """zoo_tools' JSON line, or what the dead tool did (``crashed (SIGSEGV)``, its exception
+    """zoo_tools' JSON line, or what the dead tool did (``died with SIGSEGV``, its exception
     line; benchmarks/failure.py), never the tail of its log."""
     from benchmarks import failure
 
