@@ -262,22 +262,23 @@ def note(infos: list[dict[str, Any] | None]) -> str | None:
             + (f" to {dates[-1]}" if len(dates) > 1 else "") + ").")
 
 
-def code_key(paths: tuple[str, ...] = ("rewriter", "op_tables", "benchmarks")) -> str:
-    """A hash of the code a job or a judge depends on (the git trees of ``paths`` at HEAD, plus
-    the diff of uncommitted changes)."""
+def code_key(paths: tuple[str, ...] = ("rewriter", "op_tables", "benchmarks"),
+             root: Path = ROOT) -> str:
+    """A hash of the code a job or a judge depends on (the git trees of ``paths`` at the HEAD
+    of checkout ``root``, plus the diff of uncommitted changes)."""
     from benchmarks import stamp
 
-    trees = stamp._git("ls-tree", "HEAD", "--", *paths) or ""
-    diff = stamp._git("diff", "HEAD", "--", *paths) or ""
+    trees = stamp._git("ls-tree", "HEAD", "--", *paths, root=root) or ""
+    diff = stamp._git("diff", "HEAD", "--", *paths, root=root) or ""
     return hashlib.sha256((trees + "\n" + diff).encode()).hexdigest()[:16]
 
 
-def fresh_for_code(workdir: Path, stale: list[str]) -> bool:
+def fresh_for_code(workdir: Path, stale: list[str], root: Path = ROOT) -> bool:
     """A work directory kept between runs holds results of our code (jobs, judges): when it was
     last used with other code, delete them (``stale``: globs under ``workdir``) so they run
     again; the models and baselines stay. True when something was deleted."""
     mark = workdir / "code.key"
-    now = code_key()
+    now = code_key(root=root)
     old = mark.read_text().strip() if mark.exists() else None
     removed = False
     if old != now:

@@ -41,9 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="also write OUT.md and OUT.json (stamped, benchmarks/stamp.py)")
     args = ap.parse_args(argv)
     models, targets = args.models.split(","), args.targets.split(",")
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    cases = build(args.workdir, args.size, models)
     root = args.root.resolve()
+    from benchmarks import baseline_cache
+
+    # `rewrite batch` skips the jobs its directory holds: not those of other code.
+    baseline_cache.fresh_for_code(args.workdir, ["batch-*", "zoo.toml"], root=root)
+    cases = build(args.workdir, args.size, models)
     batch_dir = args.workdir / f"batch-{hashlib.sha256(str(root).encode()).hexdigest()[:8]}"
     env = dict(os.environ, PYTHONPATH=str(root))
     subprocess.call([sys.executable, "-m", "rewriter.cli", "batch",

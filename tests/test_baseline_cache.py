@@ -134,11 +134,11 @@ def test_a_work_directory_loses_our_code_s_results_when_the_code_changes(tmp_pat
     work = tmp_path / "work"
     (work / "m" / "job_tflm").mkdir(parents=True)
     (work / "m" / "plain_int8.tflite").write_bytes(b"x")
-    monkeypatch.setattr(bc, "code_key", lambda paths=(): "one")
+    monkeypatch.setattr(bc, "code_key", lambda paths=(), root=None: "one")
     assert bc.fresh_for_code(work, ["*/job_*"]) is True  # no key recorded: not trusted
     (work / "m" / "job_tflm").mkdir()
     assert bc.fresh_for_code(work, ["*/job_*"]) is False
     assert (work / "m" / "job_tflm").exists()
-    monkeypatch.setattr(bc, "code_key", lambda paths=(): "two")
+    monkeypatch.setattr(bc, "code_key", lambda paths=(), root=None: "two")
     assert bc.fresh_for_code(work, ["*/job_*"]) is True
     assert not (work / "m" / "job_tflm").exists() and (work / "m" / "plain_int8.tflite").exists()
