@@ -116,6 +116,19 @@ def test_a_whole_model_file_is_a_candidate_with_its_cost_and_a_failed_one_never_
     assert res.met and res.best.label == "every op 16x8" and res.best.data == every
     assert res.best.worst >= TARGET and res.best.cost == {"size": len(every)}
     assert [x["precision"] for x in res.layers] == ["16x8"] * len(mq.ops)
+    # a plan LiteRT cannot load either (the next round cannot rank by it): ranked by the last
+    # plan that loaded, the search goes on to the 3-op plan, which meets the target
+
+    class OnePlanBroken:
+        ops, float_path = mq.ops, mq.float_path
+
+        def build(self, precisions):
+            return b"broken" if len(precisions) == 2 else mq.build(precisions)
+
+    res = search(OnePlanBroken(), flaky, lambda d: {"size": len(d)}, TARGET, cal[:4],
+                 lambda op: True)
+    assert [len(t.promoted) for t in res.trials if t.error] == [2]
+    assert res.met and len(res.best.promoted) == 3, [t.to_json() for t in res.trials]
     # met by promotions: the whole-model files are not tried
     res = search(mq, flaky, lambda d: {"size": len(d)}, TARGET, cal[:4], lambda op: True,
                  whole={"broken": b"broken"})
