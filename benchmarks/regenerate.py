@@ -71,6 +71,10 @@ PLAN = [
     # 3 models x 2 targets; MobileNetV2 on one target alone took 24 min on the shared machine.
     Bench("mixed_precision", ("benchmarks/mixed_precision.py",),
           (R + "mixed_precision.md", R + "mixed_precision.json"), 150),
+    # MobileNetV2 64x64 (4 files in LiteRT), the audio model's 2 jobs, Basic Pitch's onnx job:
+    # 631 s measured at 80cd224 beside other work.
+    Bench("precision_bounds", ("benchmarks/precision_bounds.py",),
+          (R + "precision_bounds.md", R + "precision_bounds.json"), 12),
     # Not quick: no README passage quotes it (op_tables' [int16] sections cite it), and its
     # result moves with the converter / TFLite Micro / Vela versions rather than our code.
     Bench("int16_kernels", ("benchmarks/int16_kernels.py",),
