@@ -356,8 +356,12 @@ def plan_and_apply(model: Model, target: PlanTarget, quantize: str, exact_only: 
             break
         res = apply(current, p, data=data)
         fired = {a.rule for a in res.applied}
+        left = {n.op for n in res.model.graph_def.node}
         for f in p.fixes:  # credit the rule that fired (the best one may not have matched)
             done = [r for r in (f.rule, *f.also) if r in fired]
+            if not done and f.op not in left:  # gone inside another rule's match (a prologue)
+                done = [r for r in dict.fromkeys(a.rule for a in res.applied)
+                        if f.op in get_rule(r).fixes]
             if done:
                 rule = get_rule(done[0])
                 choice = f.choice and f.choice | {"chosen": rule.name}
