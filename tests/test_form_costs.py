@@ -90,3 +90,24 @@ def test_on_ethos_u_a_rank4_layernorm_takes_conv_mean_and_the_report_shows_the_c
     assert [r for r in p.rules if r.startswith("layernorm")] == ["layernorm_conv_mean"]
     md = "\n".join(forms.markdown(p.form_choices()))
     assert "| layernorm_conv_mean (chosen) | 0 |" in md and "layernorm_decompose" in md
+
+
+def test_the_measured_table_is_current_for_the_forms_it_measured():
+    """The table is a measurement of the rules' code at its commit: when a measured rule (or what
+    it shares with its family, or the benchmark) changes, the table is re-measured."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    meta = form_costs.table()["meta"]
+    rules = sorted({row["rule"] for row in form_costs.table()["form"]})
+    paths = [f"rewriter/rules/{rule}.py" for rule in rules]
+    paths += [f"rewriter/rules/_{family}.py" for family in
+              {row["family"] for row in form_costs.table()["form"]}
+              if (root / f"rewriter/rules/_{family}.py").exists()]
+    paths += ["benchmarks/form_costs.py"]
+    assert all((root / p).exists() for p in paths), paths
+    changed = subprocess.run(["git", "diff", "--name-only", meta["commit"], "HEAD", "--", *paths],
+                             cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    assert not changed, (f"{changed} changed since the table's commit {meta['commit'][:12]}: "
+                         f"run `{meta['command']}`")
