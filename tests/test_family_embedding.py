@@ -6,7 +6,8 @@
   (``--min-top1 0.95``, the job's classifier criterion).
 * edgetpu / ethos-u55-128: no rule places the GATHER (no GATHER on either; the Edge TPU takes
   no int32 tensor): exit 1, and the report gives the host-lookup command (``--inputs`` after
-  the lookup); that command with the looked-up rows as data runs whole (no cut, Vela 0 CPU).
+  the lookup); that command runs whole (no cut, Vela 0 CPU) with the looked-up rows as data,
+  and with the ids themselves, mapped through the original graph's lookup to table[ids].
 * onnx: exit 0 as it is.
 * Why no one-hot x FULLY_CONNECTED form: even on float ids it misses by several int8 table steps
   where the int8 GATHER stays within half a step (README).
@@ -154,3 +155,57 @@ def test_a_one_hot_form_on_float_ids_is_not_exact_in_int8():
     exact = _int8_max_error(gather, table, [c.astype(np.int32) for c in cal], test)
     one = _int8_max_error(one_hot, table, [c.astype("f4") for c in cal], test)
     assert exact <= 0.5 * step < 4 * step <= one, (exact, one, step)
+
+
+_LOOKUP = "functional_1/embedding_1/GatherV2"
+
+
+def test_ids_data_is_mapped_through_the_host_lookup(bag_of_ids):
+    """--inputs after the lookup, data for the original input (ids): the rows are table[ids]
+    exactly (the graph's own GATHER); data of neither shape is a UserError naming both."""
+    import keras
+
+    from rewriter.errors import UserError
+    from rewriter.frontends import load_model
+    from rewriter.frontends.options import LoadOptions
+    from rewriter.verify.through_cut import gather_through_cut
+
+    cut = load_model(bag_of_ids, LoadOptions(inputs=[_LOOKUP]))
+    assert cut.prefix is not None and [s.dtype for s in cut.prefix.inputs] == ["int32"]
+    table = keras.saving.load_model(bag_of_ids).get_layer("embedding").get_weights()[0]
+    ids = np.load(bag_of_ids.parent / "data.npy")
+    data = gather_through_cut(bag_of_ids.parent / "data.npy", cut, samples=8)
+    [name] = [s.name for s in cut.inputs]
+    rows = np.concatenate([s[name] for s in data.samples])
+    assert rows.shape == (8, 12, 8) and np.array_equal(rows, table[ids])
+    assert data.notes[0].startswith(f"data mapped through the host lookup {_LOOKUP}: ids -> rows")
+    as_rows = bag_of_ids.parent / "rows.npy"
+    np.save(as_rows, table[ids])  # already the cut's inputs: used as is
+    same = gather_through_cut(as_rows, cut, samples=8)
+    assert np.array_equal(np.concatenate([s[name] for s in same.samples]), table[ids])
+    assert not any("mapped through" in n for n in same.notes)
+    bad = bag_of_ids.parent / "bad.npy"
+    np.save(bad, np.zeros((4, 5), "f4"))
+    with pytest.raises(UserError, match=r"\[1, 12, 8\] float32.*\[1, 12\] int32"):
+        gather_through_cut(bad, cut, samples=8)
+
+
+@pytest.mark.parametrize("target", ["edgetpu", pytest.param("ethos-u55-128",
+                                                            marks=pytest.mark.slow)])
+def test_host_lookup_command_runs_on_ids_data(bag_of_ids, tmp_path, target):
+    code, report = _run(bag_of_ids, target, tmp_path / "out", "--inputs", _LOOKUP)
+    assert code == 0 and report["unsupported_after"] == [], report["summary"]
+    assert f"data mapped through the host lookup {_LOOKUP}: ids -> rows" in report["summary"]
+    assert report["data"]["verification"]["inputs"][_LOOKUP.rsplit("/", 1)[-1]]["shape"] \
+        == [1, 12, 8]
+    if target == "ethos-u55-128":
+        assert report["vela"]["cpu_ops"] == 0
+
+
+def test_host_lookup_command_wrong_data_shape_is_exit_2(bag_of_ids, tmp_path, capsys):
+    bad = tmp_path / "bad.npy"
+    np.save(bad, np.zeros((4, 5), "f4"))
+    code = main([str(bag_of_ids), "--target", "edgetpu", "--inputs", _LOOKUP, "--data", str(bad),
+                 "-o", str(tmp_path / "out"), "-q"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith("error: ") and "[1, 12] int32" in err[-1]

@@ -49,11 +49,27 @@ def apply_cut(model: Model, options: LoadOptions,
         outputs = _unique([_output_spec(g, name, known, model) for name in options.outputs])
         notes.append("ends at --outputs " + ", ".join(f"{o.name} ({o.tensor})" for o in outputs))
     inputs = list(model.inputs)
+    origins: dict[str, str] = {}  # a new input's placeholder tensor -> the tensor it replaces
     if options.inputs:
-        inputs = _unique(_cut_inputs(g, model, options, known, outputs, notes))
+        inputs = _unique(_cut_inputs(g, model, options, known, outputs, notes, origins))
     g.prune([o.tensor for o in outputs] + [i.tensor for i in inputs])
     return Model(g.to_graph_def(), inputs, outputs,
-                 Source(model.source.path, model.source.format, notes))
+                 Source(model.source.path, model.source.format, notes),
+                 prefix=_prefix(model, inputs, origins))
+
+
+def _prefix(model: Model, inputs: Sequence[TensorSpec], origins: Mapping[str, str]
+            ) -> Model | None:
+    """The original graph from its inputs up to the new inputs (outputs named as them), or
+    None when the cut starts at no new tensor."""
+    outs = [replace(s, tensor=origins[s.tensor]) for s in inputs if s.tensor in origins]
+    if not outs:
+        return None
+    g = GraphIndex(model.graph_def)
+    g.prune([o.tensor for o in outs])
+    kept = {n.name for n in g}
+    return Model(g.to_graph_def(), [s for s in model.inputs if s.node in kept], outs,
+                 Source(model.source.path, model.source.format, []))
 
 
 def _unique(specs: list[TensorSpec]) -> list[TensorSpec]:
@@ -97,7 +113,8 @@ def _output_spec(g: GraphIndex, name: str, known: Mapping[str, str], model: Mode
 
 
 def _cut_inputs(g: GraphIndex, model: Model, options: LoadOptions, known: Mapping[str, str],
-                outputs: Sequence[TensorSpec], notes: list[str]) -> list[TensorSpec]:
+                outputs: Sequence[TensorSpec], notes: list[str],
+                origins: dict[str, str]) -> list[TensorSpec]:
     """Replace each ``--inputs`` tensor by a Placeholder of its static shape and dtype."""
     facts = _tensor_facts(model)
     old = {s.tensor: s for s in model.inputs}
@@ -118,6 +135,7 @@ def _cut_inputs(g: GraphIndex, model: Model, options: LoadOptions, known: Mappin
         g.add(placeholder)
         g.redirect(tensor, placeholder.name + ":0")
         specs.append(TensorSpec(key, placeholder.name + ":0", shape, dtype))
+        origins[placeholder.name + ":0"] = tensor
     _fold_static_shapes(g, facts)
     _drop_control_edges(g)
     _check_separated(g, model, specs, outputs)

@@ -65,6 +65,9 @@ class Model:
     _fn_cache: dict[tuple[str, ...], Any] = field(default_factory=dict, repr=False, compare=False)
     _weights: tuple[GraphDef, dict[str, Any]] | None = field(default=None, repr=False,
                                                              compare=False)
+    #: After an ``--inputs`` cut: the original graph from its inputs up to the cut tensors
+    #: (outputs named as the cut's inputs), to map data given for the original inputs.
+    prefix: Model | None = field(default=None, repr=False, compare=False)
     _memo: dict[Any, tuple[int, Any, Any]] = field(default_factory=dict, repr=False,
                                                    compare=False)
 
@@ -96,7 +99,7 @@ class Model:
         src = Source(self.source.path, self.source.format, list(self.source.notes))
         if note:
             src.notes.append(note)
-        return Model(graph_def, list(self.inputs), list(self.outputs), src)
+        return Model(graph_def, list(self.inputs), list(self.outputs), src, prefix=self.prefix)
 
     def copy(self) -> Model:
         return self.with_graph(copy.deepcopy(self.graph_def))

@@ -148,6 +148,7 @@ def job_data(model: Model, quantize: str, calibration: str | None = None,
       calibration samples (:data:`~rewriter.defaults.CALIBRATION_SAMPLES`)."""
     from rewriter.verify.data import gather
     from rewriter.verify.input_scaling import input_scaling
+    from rewriter.verify.through_cut import gather_through_cut
 
     common = {"ranges": dict(ranges or {}), "pixels": pixels, "scaling": input_scaling(model)}
     cap = calibration_samples or CALIBRATION_CAP
@@ -158,13 +159,13 @@ def job_data(model: Model, quantize: str, calibration: str | None = None,
     verify_warning = cal_warning = None
     cal = None
     if calibration:
-        cal = gather(calibration, model.inputs, samples=cap + samples, **common)
+        cal = gather_through_cut(calibration, model, samples=cap + samples, **common)
         if cal.nonfinite():
             raise UserError(f"{calibration}: calibration data holds {cal.nonfinite()} NaN/Inf "
                             "value(s); the int8 converter cannot calibrate on them: remove them")
     one = None  # (the one set of data, its flag) to split
     if inputs and (cal is not None or not calibrates):
-        data = gather(inputs, model.inputs, samples=samples, **common)
+        data = gather_through_cut(inputs, model, samples=samples, **common)
         basis = f"{len(data.samples)} sample(s) of --data"
         if cal is not None:
             cal = cal.head(cap)
@@ -173,7 +174,7 @@ def job_data(model: Model, quantize: str, calibration: str | None = None,
         data, cal = cal.head(samples), cal.head(cap)
         basis = f"{len(data.samples)} sample(s) of --calibration (no calibration: {quantize})"
     elif inputs:
-        whole = gather(inputs, model.inputs, samples=cap + samples, **common)
+        whole = gather_through_cut(inputs, model, samples=cap + samples, **common)
         if whole.nonfinite():  # cannot calibrate on it: verify on it, calibrate synthetic
             data = whole.head(samples)
             basis = f"{len(data.samples)} sample(s) of --data"
@@ -221,6 +222,10 @@ def job_data(model: Model, quantize: str, calibration: str | None = None,
                       f"{what} on {count} sample(s) of {cal.source}"
                       + (f" (the cap, --calibration-samples {cap})" if count >= cap else
                          f" ({every}; cap {cap})"))
+    through = next((n for d in (data, cal) if d is not None for n in d.notes
+                    if n.startswith("data mapped through")), None)
+    if through:  # the user's data for the original inputs, mapped to the cut's (--inputs)
+        basis += f"; {through}"
     return JobData(data, cal, verify_warning, cal_warning, basis, calibrated, disjoint, cap)
 
 

@@ -49,8 +49,8 @@ class HostLookup:
         shapes = ", ".join("x".join(str(d) for d in t) for t in self.tables)
         return (f"embedding lookup (GATHER of a {shapes} table by the input ids) that the target "
                 f"cannot run: look the rows up on the host and start the model after it: "
-                f"`{self.command}` (its --calibration and --data then hold the looked-up rows, "
-                "table[ids], one per id)")
+                f"`{self.command}` (your ids data, --calibration and --data as for this model, is "
+                "mapped through the lookup to the rows, table[ids], by the graph itself)")
 
     def to_json(self) -> dict[str, Any]:
         return {"nodes": list(self.nodes), "tables": [list(t) for t in self.tables],
