@@ -190,16 +190,56 @@ def test_ids_data_is_mapped_through_the_host_lookup(bag_of_ids):
         gather_through_cut(bad, cut, samples=8)
 
 
-@pytest.mark.parametrize("target", ["edgetpu", pytest.param("ethos-u55-128",
-                                                            marks=pytest.mark.slow)])
+@pytest.mark.parametrize("target", ["edgetpu", "ethos-u55-128"])
 def test_host_lookup_command_runs_on_ids_data(bag_of_ids, tmp_path, target):
-    code, report = _run(bag_of_ids, target, tmp_path / "out", "--inputs", _LOOKUP)
+    deploy = ("--deploy",) if target == "ethos-u55-128" else ()
+    code, report = _run(bag_of_ids, target, tmp_path / "out", "--inputs", _LOOKUP, *deploy)
     assert code == 0 and report["unsupported_after"] == [], report["summary"]
     assert f"data mapped through the host lookup {_LOOKUP}: ids -> rows" in report["summary"]
     assert report["data"]["verification"]["inputs"][_LOOKUP.rsplit("/", 1)[-1]]["shape"] \
         == [1, 12, 8]
     if target == "ethos-u55-128":
         assert report["vela"]["cpu_ops"] == 0
+        _assert_lookup_shipped(bag_of_ids, tmp_path / "out", report)
+
+
+def _assert_lookup_shipped(model: Path, out: Path, report: dict) -> None:
+    """--deploy ships the table: lookup_0.npy is the graph's table bit for bit; lookup.h's
+    int8 g_lookup0 is it quantized at the artifact input's scale/zero point (within half a
+    step), and the artifact (LiteRT) fed g_lookup0[ids] gives the original's output on ids."""
+    import re
+
+    import keras
+    from ai_edge_litert.interpreter import Interpreter
+
+    from rewriter.export.micro_lookup import quantize
+
+    original = keras.saving.load_model(model)
+    table = original.get_layer("embedding").get_weights()[0]
+    [entry] = report["memory"]["host_lookup_tables"]
+    assert entry["node"] == _LOOKUP and entry["dtype"] == "int8"
+    assert np.array_equal(np.load(out / "deploy" / entry["npy"]), table)
+    header = (out / "deploy" / "lookup.h").read_text()
+    body = re.search(r"g_lookup0\[24 \* 8\] = \{(.*?)\};", header, re.S).group(1)
+    q8 = np.array([int(v) for v in body.replace("\n", "").split(",")], np.int8).reshape(24, 8)
+    scale, zp = entry["scale"], entry["zero_point"]
+    assert np.array_equal(q8, quantize(table, scale, zp))
+    assert np.abs((q8.astype(np.float64) - zp) * scale - table).max() <= scale / 2 + 1e-9
+    it = Interpreter(model_path=str(out / "model.tflite"))
+    it.allocate_tensors()
+    i, o = it.get_input_details()[0], it.get_output_details()[0]
+    assert i["dtype"] == np.int8 and i["quantization"] == (np.float32(scale), zp)
+    ids = np.load(model.parent / "data.npy")
+    want = original.predict(ids, verbose=0)
+    worst = 0.0
+    for k in range(len(ids)):
+        it.set_tensor(i["index"], q8[ids[k]][None])
+        it.invoke()
+        os_, oz = o["quantization"]
+        got = (it.get_tensor(o["index"]).astype(np.float64) - oz) * os_ if os_ else \
+            it.get_tensor(o["index"])
+        worst = max(worst, float(np.abs(got - want[k]).max()))
+    assert worst <= 1 / 256, worst  # one output step; measured at landing 0.0019 (half a step)
 
 
 def test_host_lookup_command_wrong_data_shape_is_exit_2(bag_of_ids, tmp_path, capsys):

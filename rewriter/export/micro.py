@@ -10,6 +10,8 @@ OUT/deploy/ holds what a TFLite Micro application needs, names as in TFLite Micr
 * ``arena.h``: ``kTensorArenaSize`` = the arena measured + :data:`ARENA_MARGIN`, and where the
   figure comes from;
 * ``README.md``: the snippet wiring them together.
+* after an ``--inputs`` cut at an embedding lookup, ``lookup_<k>.npy`` and ``lookup.h``: the
+  table(s) the host looks the ids up in (:mod:`rewriter.export.micro_lookup`).
 
 The arena: for a file TFLite Micro runs on this host (tflm), the smallest arena its interpreter
 allocates the file in, by bisection (:func:`rewriter.verify.tflm.smallest_arena`), measured on a
@@ -59,6 +61,7 @@ class Package:
     sram_budget: int | None = None
     flash_budget: int | None = None
     path: Path | None = None  # the deploy directory, when written (--deploy)
+    lookups: list[dict[str, Any]] = field(default_factory=list)  # host lookup tables written
     vela: dict[str, Any] | None = None  # Ethos-U: Vela's own memory figures (KiB) and settings
     #: per budget overrun ("sram", "flash"): the largest tensors or weights and what would
     #: reduce them (:func:`rewriter.export.micro_memory.advice`), set by :meth:`explain`
@@ -119,6 +122,8 @@ class Package:
             out["over_budget_lines"] = self.overrun_lines()
         if self.path is not None:
             out["deploy"] = str(self.path)
+        if self.lookups:
+            out["host_lookup_tables"] = self.lookups
         return out
 
 

@@ -164,6 +164,10 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
         if opts.deploy:
             with steps("deploy", "writing the TFLite Micro package"):
                 write_package(package, outdir)
+                from rewriter.export.micro_lookup import write_lookups
+
+                package.lookups = write_lookups(model, attempt.deployment.exported.path,
+                                                outdir / "deploy")
     job = Job(model, target, quantize, before, data, attempt, retry, steps.timings, recovery,
               package, precision=precision)
     if until == "all" and opts.versus_plain:
