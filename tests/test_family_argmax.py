@@ -10,7 +10,8 @@ normal noise failed (0.9863-0.9878 on tflm): every disagreement there sat at a p
 float logits were under 2 int8 steps apart, 20 of 25 an exact int8 tie that ARG_MAX breaks to the
 first index (README, "Arg-max heads"). Measured at landing on tflm and ethos-u55-128 (Vela 5 NPU /
 0 CPU): 0.9980 on both. On the Edge TPU (no ARG_MAX) ``argmax_reduce_max`` builds the fused
-arg-max (REDUCE_MAX, SUB, MINIMUM, MUL): no cut, 0.9980 too. onnx: not covered here.
+arg-max (REDUCE_MAX, SUB, MINIMUM, MUL): no cut, 0.9980 too. onnx (float, ArgMax native; only
+the -0.0 prologue folded, as ONNX has no Bitcast/BitwiseAnd): every index equal.
 """
 
 from __future__ import annotations
@@ -103,3 +104,15 @@ def test_argmax_head_runs_whole(argmax_model, tmp_path, target):
     [cmp] = report["equivalence"]["artifact"]["outputs"].values()  # the job's own verdict
     assert cmp["index_agreement"] >= cmp["min_index_agreement"] == 0.99
     assert cmp["min_cosine"] is None
+
+
+@pytest.mark.slow
+def test_argmax_head_on_onnx_keeps_the_native_argmax(argmax_model, tmp_path):
+    import onnx
+
+    code, report = job(argmax_model, "onnx", tmp_path / "out")
+    assert code == 0 and report["unsupported_after"] == [], report["summary"]
+    assert not {"argmax_reduce_max"} & set(rules_applied(report))
+    assert "ArgMax" in {n.op_type for n in onnx.load(tmp_path / "out" / "model.onnx").graph.node}
+    [cmp] = report["equivalence"]["artifact"]["outputs"].values()  # float: judged elementwise
+    assert cmp["ok"] and cmp["max_abs_error"] == 0.0 and cmp["mismatched"] == 0
