@@ -157,10 +157,17 @@ def test_a_one_hot_form_on_float_ids_is_not_exact_in_int8():
     assert exact <= 0.5 * step < 4 * step <= one, (exact, one, step)
 
 
-_LOOKUP = "functional_1/embedding_1/GatherV2"
+@pytest.fixture(scope="module")
+def lookup(bag_of_ids) -> str:
+    """The lookup's node name as the graph has it (Keras numbers its scopes per process, e.g.
+    functional_1 alone, functional_133_1 after other tests built models in the same worker)."""
+    from rewriter.frontends import load_model
+
+    [name] = [n.name for n in load_model(bag_of_ids).graph_def.node if n.op == "GatherV2"]
+    return name
 
 
-def test_ids_data_is_mapped_through_the_host_lookup(bag_of_ids):
+def test_ids_data_is_mapped_through_the_host_lookup(bag_of_ids, lookup):
     """--inputs after the lookup, data for the original input (ids): the rows are table[ids]
     exactly (the graph's own GATHER); data of neither shape is a UserError naming both."""
     import keras
@@ -170,7 +177,7 @@ def test_ids_data_is_mapped_through_the_host_lookup(bag_of_ids):
     from rewriter.frontends.options import LoadOptions
     from rewriter.verify.through_cut import gather_through_cut
 
-    cut = load_model(bag_of_ids, LoadOptions(inputs=[_LOOKUP]))
+    cut = load_model(bag_of_ids, LoadOptions(inputs=[lookup]))
     assert cut.prefix is not None and [s.dtype for s in cut.prefix.inputs] == ["int32"]
     table = keras.saving.load_model(bag_of_ids).get_layer("embedding").get_weights()[0]
     ids = np.load(bag_of_ids.parent / "data.npy")
@@ -178,7 +185,7 @@ def test_ids_data_is_mapped_through_the_host_lookup(bag_of_ids):
     [name] = [s.name for s in cut.inputs]
     rows = np.concatenate([s[name] for s in data.samples])
     assert rows.shape == (8, 12, 8) and np.array_equal(rows, table[ids])
-    assert data.notes[0].startswith(f"data mapped through the host lookup {_LOOKUP}: ids -> rows")
+    assert data.notes[0].startswith(f"data mapped through the host lookup {lookup}: ids -> rows")
     as_rows = bag_of_ids.parent / "rows.npy"
     np.save(as_rows, table[ids])  # already the cut's inputs: used as is
     same = gather_through_cut(as_rows, cut, samples=8)
@@ -191,19 +198,19 @@ def test_ids_data_is_mapped_through_the_host_lookup(bag_of_ids):
 
 
 @pytest.mark.parametrize("target", ["edgetpu", "ethos-u55-128"])
-def test_host_lookup_command_runs_on_ids_data(bag_of_ids, tmp_path, target):
+def test_host_lookup_command_runs_on_ids_data(bag_of_ids, lookup, tmp_path, target):
     deploy = ("--deploy",) if target == "ethos-u55-128" else ()
-    code, report = _run(bag_of_ids, target, tmp_path / "out", "--inputs", _LOOKUP, *deploy)
+    code, report = _run(bag_of_ids, target, tmp_path / "out", "--inputs", lookup, *deploy)
     assert code == 0 and report["unsupported_after"] == [], report["summary"]
-    assert f"data mapped through the host lookup {_LOOKUP}: ids -> rows" in report["summary"]
-    assert report["data"]["verification"]["inputs"][_LOOKUP.rsplit("/", 1)[-1]]["shape"] \
+    assert f"data mapped through the host lookup {lookup}: ids -> rows" in report["summary"]
+    assert report["data"]["verification"]["inputs"][lookup.rsplit("/", 1)[-1]]["shape"] \
         == [1, 12, 8]
     if target == "ethos-u55-128":
         assert report["vela"]["cpu_ops"] == 0
-        _assert_lookup_shipped(bag_of_ids, tmp_path / "out", report)
+        _assert_lookup_shipped(bag_of_ids, tmp_path / "out", report, lookup)
 
 
-def _assert_lookup_shipped(model: Path, out: Path, report: dict) -> None:
+def _assert_lookup_shipped(model: Path, out: Path, report: dict, lookup: str) -> None:
     """--deploy ships the table: lookup_0.npy is the graph's table bit for bit; lookup.h's
     int8 g_lookup0 is it quantized at the artifact input's scale/zero point (within half a
     step), and the artifact (LiteRT) fed g_lookup0[ids] gives the original's output on ids."""
@@ -217,7 +224,7 @@ def _assert_lookup_shipped(model: Path, out: Path, report: dict) -> None:
     original = keras.saving.load_model(model)
     table = original.get_layer("embedding").get_weights()[0]
     [entry] = report["memory"]["host_lookup_tables"]
-    assert entry["node"] == _LOOKUP and entry["dtype"] == "int8"
+    assert entry["node"] == lookup and entry["dtype"] == "int8"
     assert np.array_equal(np.load(out / "deploy" / entry["npy"]), table)
     header = (out / "deploy" / "lookup.h").read_text()
     body = re.search(r"g_lookup0\[24 \* 8\] = \{(.*?)\};", header, re.S).group(1)
@@ -242,10 +249,10 @@ def _assert_lookup_shipped(model: Path, out: Path, report: dict) -> None:
     assert worst <= 1 / 256, worst  # one output step; measured at landing 0.0019 (half a step)
 
 
-def test_host_lookup_command_wrong_data_shape_is_exit_2(bag_of_ids, tmp_path, capsys):
+def test_host_lookup_command_wrong_data_shape_is_exit_2(bag_of_ids, lookup, tmp_path, capsys):
     bad = tmp_path / "bad.npy"
     np.save(bad, np.zeros((4, 5), "f4"))
-    code = main([str(bag_of_ids), "--target", "edgetpu", "--inputs", _LOOKUP, "--data", str(bad),
+    code = main([str(bag_of_ids), "--target", "edgetpu", "--inputs", lookup, "--data", str(bad),
                  "-o", str(tmp_path / "out"), "-q"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err[-1].startswith("error: ") and "[1, 12] int32" in err[-1]
