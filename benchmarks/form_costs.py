@@ -174,18 +174,39 @@ def main(argv: list[str] | None = None) -> int:
                                                           if v is not None})
                 print(f"{case} {rule} {config}: {t['npu_ops']} NPU / {t['cpu_ops']} CPU, "
                       f"{t['npu_ms']} + {t['host_ms']} ms, SRAM {t['sram_kib']} KiB", flush=True)
-    meta = _meta(argv, time.perf_counter() - start)
+    meta = _meta(argv, time.perf_counter() - start, rows)
     args.out.write_text(to_toml(rows, meta))
     print(f"wrote {args.out}")
     return 0
 
 
-def _meta(argv: list[str] | None, seconds: float) -> dict[str, Any]:
+def measured_paths(rows: list[dict[str, Any]], root: Path = ROOT) -> list[str]:
+    """The code a table measures: the rules it measured, what they share with their family
+    (``rewriter/rules/_<family>.py``) and this benchmark."""
+    paths = [f"rewriter/rules/{rule}.py" for rule in sorted({row["rule"] for row in rows})]
+    paths += [f"rewriter/rules/_{family}.py" for family in sorted({row["family"] for row in rows})
+              if (root / f"rewriter/rules/_{family}.py").exists()]
+    return paths + ["benchmarks/form_costs.py"]
+
+
+def code_key(rows: list[dict[str, Any]], root: Path = ROOT) -> str:
+    """A hash of the contents of :func:`measured_paths`: stored in the table's meta, so whether
+    the table is current is decided from the files themselves, in any checkout (a shallow clone,
+    or one where the measuring commit was rebased away)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in measured_paths(rows, root):
+        digest.update(path.encode() + b"\0" + (root / path).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _meta(argv: list[str] | None, seconds: float, rows: list[dict[str, Any]]) -> dict[str, Any]:
     from benchmarks import stamp
 
     s = stamp.header(stamp.command_line("form_costs.py", argv), "form_costs.py")
-    return {"command": s["command"], "commit": s["commit"], "date": s["date"],
-            "dirty": s["dirty"], "seconds": round(seconds),
+    return {"command": s["command"], "commit": s["commit"], "code": code_key(rows),
+            "date": s["date"], "dirty": s["dirty"], "seconds": round(seconds),
             "versions": ", ".join(f"{k} {v}" for k, v in sorted(s["versions"].items())),
             "calibration": "32 seeded samples, normal(0.5, 1.5), full int8 with int8 I/O",
             "host_model": "rewriter.targets.cost (lower bound at the Cortex-M55's peak)"}
