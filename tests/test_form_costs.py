@@ -56,6 +56,15 @@ def test_cpu_targets_compare_the_cpu_model_then_memory_others_keep_rule_order(fa
     assert form_costs.rank("fam", "tflm", ["a"]) == (["a"], None)
 
 
+def test_a_region_of_a_rank_no_common_case_has_keeps_the_rules_order(fake_table):
+    # the cases are rank 4: a rank-3 token region is not judged on them
+    order, ev = form_costs.rank("fam", "ethos-u55-128", ["a", "b"], [(1, 16, 32)])
+    assert order == ["a", "b"] and ev["by"] == "rule priority" and "rank 3" in ev["why"]
+    # a model with both: the rank-4 regions alone are counted
+    order, ev = form_costs.rank("fam", "ethos-u55-128", ["a", "b"], [(1, 16, 32), (1, 3, 3, 768)])
+    assert order == ["a", "b"] and ev["cases"] == {"small": 1}
+
+
 def test_nearest_case_prefers_the_same_rank_then_size_and_channels():
     cases = {"big": (1, 24, 24, 96), "small": (1, 3, 3, 768), "tokens": (1, 16, 64)}
     assert form_costs.nearest((1, 20, 20, 128), cases) == "big"
@@ -90,6 +99,23 @@ def test_on_ethos_u_a_rank4_layernorm_takes_conv_mean_and_the_report_shows_the_c
     assert [r for r in p.rules if r.startswith("layernorm")] == ["layernorm_conv_mean"]
     md = "\n".join(forms.markdown(p.form_choices()))
     assert "| layernorm_conv_mean (chosen) | 0 |" in md and "layernorm_decompose" in md
+
+
+def test_a_token_layernorm_on_ethos_u_is_not_given_the_form_that_refuses_rank_3():
+    """layernorm_conv_mean's check refuses what is not NHWC: on a [1, 16, 32] token LayerNorm the
+    planner offers only the forms that match it, so the LN is rewritten (it was left to Vela when
+    the plan took conv_mean, judged on a rank-4 case, and conv_mean then matched nothing)."""
+    import keras
+
+    from rewriter.rewrite.planner import plan
+    from rewriter.targets import load_target
+    from rewriter.testing import model_from_keras
+
+    inp = keras.Input((16, 32), batch_size=1)
+    model = model_from_keras(keras.Model(inp, keras.layers.LayerNormalization()(inp)))
+    p = plan(model, load_target("ethos-u55-128"), "int8")
+    assert [r for r in p.rules if r.startswith("layernorm")] == ["layernorm_decompose"]
+    assert all("layernorm_conv_mean" not in c["forms"] for c in p.form_choices())
 
 
 def test_the_measured_table_is_current_for_the_forms_it_measured():

@@ -198,10 +198,11 @@ def _cheapest_form(rule: Rule, forms: dict[str, list[Rule]], matcher: _Matcher,
 
 
 class _Matcher:
-    """Which nodes a rule's ``pattern`` covers in the model (asked at the rule's anchors only,
-    structure only, once per rule), so a plan names as an op's fix a rule that matches it: on a
-    LayerNorm the Neg's fix is layernorm_decompose, not groupnorm_decompose (same op, another
-    shape)."""
+    """Which nodes a rule matches in the model (:meth:`Rule.match` at the rule's anchors only:
+    pattern, safety and the rule's own check, once per rule), so a plan names as an op's fix a
+    rule that matches it: on a LayerNorm the Neg's fix is layernorm_decompose, not
+    groupnorm_decompose (same op, another shape), and on a rank-3 token LayerNorm not
+    layernorm_conv_mean (its check refuses what is not NHWC)."""
 
     def __init__(self, model: Model) -> None:
         self.model = model
@@ -235,7 +236,7 @@ class _Matcher:
             found: list[Match] = []
             for op in rule.anchors:
                 for node in self._by_op.get(op, ()):
-                    m = rule.pattern(self._g, node)
+                    m = rule.match(self._g, node)
                     if isinstance(m, Match):
                         found.append(m)
             self._covered[rule.name] = {n for m in found for n in m.node_names}

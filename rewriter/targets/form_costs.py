@@ -8,7 +8,9 @@ full int8, judged by the target's own tool; its ``[meta]`` says the command, com
 
 The cost of a form on a target is summed over the table's cases that every compared form covers
 (the forms are compared on the same layers), each case counted once per region of the model
-whose input shape is nearest to it (:func:`nearest`), and compared in this order:
+whose input shape is nearest to it among the cases of the same rank (:func:`nearest`; a region
+of a rank no common case has is not counted, and when no region is, the rules' own order
+stands), and compared in this order:
 
 1. ops left on the host CPU (Ethos-U: Vela's CPU ops), fewest first: placement before speed;
 2. time: Ethos-U, Vela's NPU ms plus the host ms of its CPU ops (``rewriter.targets.cost``);
@@ -25,7 +27,7 @@ the rules' own order stands (``Rule.priority``) and :func:`rank` says so.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cmp_to_key, lru_cache
 from typing import Any
 
 __all__ = ["TIE", "measured_as", "nearest", "rank", "table"]
@@ -153,16 +155,22 @@ def rank(family: str, target: str, rules: list[str],
     weights = dict.fromkeys(common, 1)
     if shapes:
         known = {c: s for c in common if (s := _shape_of(c, family)) is not None}
-        picks = [c for c in (nearest(s, known) for s in shapes) if c is not None]
-        weights = {c: picks.count(c) for c in dict.fromkeys(picks)} or weights
+        ranks = {len(s) for s in known.values()}
+        picks = [nearest(s, known) for s in shapes if len(s) in ranks]
+        if not picks:  # a case of another rank is no evidence (other ops, other layouts)
+            return list(rules), {"family": family, "by": "rule priority",
+                                 "why": f"{_source()} measures no case of rank "
+                                        f"{'/'.join(str(n) for n in sorted({len(s) for s in shapes}))}"
+                                        f" common to {', '.join(rules)} on {target}"}
+        weights = {c: picks.count(c) for c in dict.fromkeys(picks) if c is not None} or weights
     vela = _is_vela(target)
     figs = {r: _figures(family, target, r, weights) for r in rules}
-    ordered = list(rules)
-    for i in range(1, len(ordered)):  # a stable insertion sort: ties keep the rules' order
-        j = i
-        while j > 0 and _cheaper(_key(figs[ordered[j]], vela), _key(figs[ordered[j - 1]], vela)):
-            ordered[j - 1], ordered[j] = ordered[j], ordered[j - 1]
-            j -= 1
+
+    def compare(a: str, b: str) -> int:
+        ka, kb = _key(figs[a], vela), _key(figs[b], vela)
+        return -1 if _cheaper(ka, kb) else 1 if _cheaper(kb, ka) else 0
+
+    ordered = sorted(rules, key=cmp_to_key(compare))  # stable: ties keep the rules' order
     shown = (("cpu_ops", "npu_ms", "host_ms", "total_ms", "sram_kib", "file_bytes") if vela else
              ("host_cycles", "activation_peak_bytes", "file_bytes"))
     return ordered, {"family": family, "by": _source(), "cases": weights,
