@@ -259,16 +259,9 @@ def test_the_running_server_refuses_a_file_outside_out(tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text("not for the browser")
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    server = subprocess.Popen([sys.executable, "-m", "rewriter", "explore", str(out),
-                               "--no-open", "--port", str(port)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    server = _serve(out, port)
     try:
-        url = ""
-        deadline = time.monotonic() + 60
-        while not url.startswith("http") and time.monotonic() < deadline:
-            url = server.stdout.readline().strip()
-            assert server.poll() is None or url, server.stderr.read()[-2000:]
+        assert _served_url(server).startswith("http"), "the server printed no URL in 60 s"
         base = f"http://127.0.0.1:{port}/api/v1/read_text_file?path="
         node = out / "explorer" / "artifact.placement.json"
         with urllib.request.urlopen(base + quote(str(node)), timeout=10) as r:
@@ -280,6 +273,24 @@ def test_the_running_server_refuses_a_file_outside_out(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=20)
+
+
+def _serve(out: Path, port: int) -> subprocess.Popen:
+    """``rewrite explore OUT`` in a subprocess, as a user starts it."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "rewriter", "explore", str(out),
+                             "--no-open", "--port", str(port)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _served_url(server: subprocess.Popen) -> str:
+    """The URL the server prints once it listens (within 60 s)."""
+    url = ""
+    deadline = time.monotonic() + 60
+    while not url.startswith("http") and time.monotonic() < deadline:
+        url = server.stdout.readline().strip()
+        assert server.poll() is None or url, server.stderr.read()[-2000:]
+    return url
 
 
 def _free_port() -> int:
@@ -306,17 +317,10 @@ def test_explore_page_shows_the_node_data_in_headless_chromium(edgetpu_run, tmp_
     exe = _chromium_or_skip()
     _, out = edgetpu_run
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    server = subprocess.Popen([sys.executable, "-m", "rewriter", "explore", str(out),
-                               "--no-open", "--port", str(port)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    server = _serve(out, port)
     browser = None
     try:
-        url = ""
-        deadline = time.monotonic() + 60
-        while not url.startswith("http") and time.monotonic() < deadline:
-            url = server.stdout.readline().strip()
-            assert server.poll() is None or url, server.stderr.read()[-2000:]
+        url = _served_url(server)
         assert url.startswith(f"http://127.0.0.1:{port}/?data="), url
         browser = Browser(exe, tmp_path / "profile", 1200, 800)
         browser.goto(url)

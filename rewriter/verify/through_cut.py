@@ -19,12 +19,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rewriter.errors import UserError
+from rewriter.targets.host_lookup import GATHER_OPS
 from rewriter.verify.data import Data, gather
 
 if TYPE_CHECKING:  # pragma: no cover
     from rewriter.ir.model import Model, TensorSpec
-
-_LOOKUPS = frozenset({"GatherV2", "Gather", "ResourceGather"})
 
 
 def gather_through_cut(path: str | os.PathLike | None, model: Model, *, samples: int,
@@ -56,7 +55,7 @@ def mapped_how(prefix: Model) -> str:
     ops = {n.name: n.op for n in prefix.graph_def.node}
     nodes = [o.node for o in prefix.outputs]
     ins = ", ".join(s.name for s in prefix.inputs)
-    if all(ops.get(n) in _LOOKUPS for n in nodes):
+    if all(ops.get(n) in GATHER_OPS for n in nodes):
         return (f"data mapped through the host lookup {', '.join(nodes)}: ids -> rows (the "
                 f"original graph from {ins} up to the cut, run in TensorFlow)")
     return (f"data mapped through the original graph from {ins} up to the --inputs cut "
