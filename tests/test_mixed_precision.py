@@ -13,9 +13,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rewriter.tune.mixed import MixedQuantizer, float_ops, int8_weights_only, tensor_dtypes
+from rewriter.tune.mixed import (
+    MixedQuantizer,
+    float_ops,
+    inline_buffers,
+    int8_weights_only,
+    offset_buffers,
+    tensor_dtypes,
+)
 from rewriter.tune.plan_search import accuracy, search
-from rewriter.verify.runners import LiteRTRunner
+from rewriter.verify.runners import LiteRTRunner, RunnerError
 from rewriter.verify.tflm import TflmRunner, tflm_available
 
 TARGET = 0.999
@@ -176,6 +183,62 @@ def test_the_mixed_file_runs_in_tflite_micro_as_in_litert(starved):
             assert np.max(np.abs(a[k] - b[k])) <= step * 1.001
     acc, _ = _eval(tmp, ref, held, TflmRunner)(plan)
     assert min(acc.values()) >= TARGET
+
+
+@pytest.fixture(scope="module")
+def wide_softmax(tmp_path_factory):
+    """Dense(256 -> 1024) + softmax, quantised by the quantizer: its 256 KiB of int8 weights
+    make the quantizer store them after the flatbuffer (``Buffer.offset``; it does so once the
+    buffers of 1 KiB or more total 256 KiB), the form TFLite Micro does not read."""
+    import keras
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    inp = keras.Input((256,), batch_size=1)
+    dense = keras.layers.Dense(1024, activation="softmax", name="head")
+    km = keras.Model(inp, dense(inp))
+    dense.set_weights([rng.normal(0, 0.1, (256, 1024)).astype(np.float32),
+                       np.zeros(1024, np.float32)])
+    data = bytes(tf.lite.TFLiteConverter.from_keras_model(km).convert())
+    tmp = tmp_path_factory.mktemp("wide")
+    (tmp / "float.tflite").write_bytes(data)
+    name = LiteRTRunner(tmp / "float.tflite").inputs[0].name
+    cal = [{name: rng.normal(size=(1, 256)).astype(np.float32)} for _ in range(32)]
+    held = [{name: rng.normal(size=(1, 256)).astype(np.float32)} for _ in range(8)]
+    mq = MixedQuantizer(data, cal)
+    yield mq, held, tmp
+    mq.close()
+
+
+@pytest.mark.skipif(not tflm_available(), reason="tflite-micro not installed")
+def test_offset_stored_weights_are_inlined_so_tflite_micro_runs_the_file(wide_softmax):
+    """The quantizer's own file aborts TFLite Micro: its allocator reads only ``Buffer.data``,
+    the weights read as zeros (measured without the softmax: 1021 of 1024 logits 0.0), the
+    logits tie and the int8 SOFTMAX's TFLITE_CHECK aborts (if a TFLite Micro release reads
+    offset buffers, the SIGABRT assertion fails: inline_buffers is then no longer needed for it).
+    The built file has every buffer inline and 16-byte aligned; LiteRT gives the same bits on
+    both forms, TFLite Micro the same outputs as LiteRT."""
+    from tensorflow.lite.python import schema_py_generated as fb
+
+    mq, held, tmp = wide_softmax
+    raw, built = mq.build({}, inline=False), mq.build({})
+    assert offset_buffers(raw) == 1 and offset_buffers(built) == 0
+    (tmp / "raw.tflite").write_bytes(raw)
+    (tmp / "built.tflite").write_bytes(built)
+    with pytest.raises(RunnerError, match="SIGABRT"):
+        TflmRunner(tmp / "raw.tflite").run_many(held)
+    model = fb.Model.GetRootAs(built, 0)
+    data = [model.Buffers(i) for i in range(model.BuffersLength())]
+    assert all(b._tab.Vector(4) % 16 == 0 for b in data if b.DataLength())
+    assert inline_buffers(built) is built
+    lite_raw = [LiteRTRunner(tmp / "raw.tflite").run(s) for s in held]
+    lite = [LiteRTRunner(tmp / "built.tflite").run(s) for s in held]
+    micro = TflmRunner(tmp / "built.tflite").run_many(held)
+    for r, a, b in zip(lite_raw, lite, micro, strict=True):
+        for k in a:
+            assert np.array_equal(r[k], a[k])
+            assert np.array_equal(a[k], b[k])  # measured: equal on all 8 x 1024 outputs
+            assert a[k].max() >= 0.01  # a real distribution, not garbage: top class >= 1/100
 
 
 def test_the_mixed_file_compiles_for_ethos_u55_all_on_the_npu(starved):

@@ -123,19 +123,82 @@ class MixedQuantizer:
                         self._q._recipe_manager)
         self._stats = calib.get_model_qsvs()
 
-    def build(self, precisions: Mapping[str, str]) -> bytes:
+    def build(self, precisions: Mapping[str, str], inline: bool = True) -> bytes:
         """The ``.tflite`` of a plan: ``precisions`` maps op scopes to ``16x8``/``float``; every
-        other op int8 (int8 input/output)."""
+        other op int8 (int8 input/output). Its constants are inside the flatbuffer
+        (:func:`inline_buffers`), so TFLite Micro runs it; ``inline=False`` gives the quantizer's
+        own bytes (large buffers stored by offset), for diagnosis."""
         self._q.load_quantization_recipe(recipe(precisions))
         import contextlib
         import sys
 
         # the quantizer prints its model sizes on stdout, which --json keeps for the report
         with contextlib.redirect_stdout(sys.stderr):
-            return bytes(self._q.quantize(self._stats).quantized_model)
+            data = bytes(self._q.quantize(self._stats).quantized_model)
+        return inline_buffers(data) if inline else data
 
     def close(self) -> None:
         self._tmp.cleanup()
+
+
+#: Alignment of constant data in the flatbuffer (the schema's ``force_align: 16`` on
+#: ``Buffer.data``, which the TFLite converter honours and Python's object API does not).
+_ALIGN = 16
+
+
+def offset_buffers(data: bytes) -> int:
+    """How many buffers of a ``.tflite`` keep their bytes after the flatbuffer (``Buffer.offset`` /
+    ``size``, the >2 GB model form) instead of in ``Buffer.data``."""
+    from tensorflow.lite.python import schema_py_generated as fb
+
+    model = fb.Model.GetRootAs(data, 0)
+    return sum(model.Buffers(i).Offset() > 1 for i in range(model.BuffersLength()))
+
+
+def inline_buffers(data: bytes) -> bytes:
+    """The same model with every constant's bytes inside the flatbuffer (``Buffer.data``, 16-byte
+    aligned), none stored by offset; ``data`` itself when no buffer is.
+
+    Why. The AI Edge Quantizer (0.10.0, ``model_modifier._serialize_model``) writes every buffer
+    of 1 KiB or more after the flatbuffer, addressed by ``Buffer.offset``/``size``, once those
+    buffers total 256 KiB. LiteRT reads that form; TFLite Micro does not: its allocator
+    (``micro_allocator.cc`` ``GetFlatbufferTensorBuffer``) looks only at ``Buffer.data``, so
+    every such weight and bias becomes an arena tensor nothing writes (read as zeros here). The
+    model then computes on zeros, and with 1000 classes the int8 SOFTMAX aborts: its
+    ``TFLITE_CHECK`` on the reciprocal's exponent (``reference/softmax.h``) fails once the row's
+    sum of exp reaches 512, as 512 tied logits do. Vela 5.2's compiler reads the form (the same
+    command file from both forms). Exact: the bytes are copied; LiteRT gives bit-identical
+    outputs on both forms (``tests/test_mixed_precision.py``)."""
+    if not offset_buffers(data):
+        return data
+    from tensorflow.lite.python import schema_py_generated as fb
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    class _Aligned(fb.BufferT):
+        def Pack(self, builder: Any) -> int:  # noqa: N802 (the flatbuffers API's name)
+            vec = None
+            if self.data is not None:
+                raw = bytes(self.data)
+                builder.StartVector(1, len(raw), _ALIGN)
+                builder.head -= len(raw)
+                builder.Bytes[builder.head:builder.head + len(raw)] = raw
+                vec = builder.EndVector()
+            fb.BufferStart(builder)
+            if vec is not None:
+                fb.BufferAddData(builder, vec)
+            return fb.BufferEnd(builder)
+
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(data))
+    buffers = []
+    for buf in model.buffers:
+        new = _Aligned()
+        if buf.offset > 1:
+            new.data = data[buf.offset:buf.offset + buf.size]
+        elif buf.data is not None:
+            new.data = np.asarray(buf.data, np.uint8).tobytes()
+        buffers.append(new)
+    model.buffers = buffers
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 
 def tensor_dtypes(data: bytes) -> dict[str, int]:
