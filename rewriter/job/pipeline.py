@@ -47,6 +47,7 @@ from rewriter.rules.base import Applied
 from rewriter.targets import Target
 from rewriter.tune.int8_range import lines as range_lines
 from rewriter.tune.recover import Recovery
+from rewriter.verify.float_noise import noise_floor
 from rewriter.verify.int8_layers import Int8Layers
 from rewriter.verify.metrics import Comparison
 
@@ -81,6 +82,9 @@ class _Context:
     reference: dict[str, np.ndarray]
     steps: Steps
     until: str = "all"
+    #: A float artifact's: the original's own output change per output for a one-float-step
+    #: change of its input (:mod:`rewriter.verify.float_noise`); None for quantised artifacts.
+    noise_floor: dict[str, float] | None = None
 
 
 def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | None = None,
@@ -108,11 +112,14 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
                     opts.calibration_samples, opts.input_ranges, opts.pixels,
                     hold_out=until == "all" and (opts.recover or opts.qat))
     reference: dict[str, np.ndarray] = {}
+    floor: dict[str, float] | None = None
     if until == "all":
         with steps("run_original", "running the original model"):
             reference = _run_all(model, data.samples)
+            floor = (None if quantize in INTEGER_MODES else
+                     noise_floor(model.run, data.samples, reference))
         _forget(model)
-    ctx = _Context(model, target, quantize, opts, outdir, data, reference, steps, until)
+    ctx = _Context(model, target, quantize, opts, outdir, data, reference, steps, until, floor)
     attempt = _attempt(ctx)
     retry = None
     if attempt.deployment is not None:
@@ -283,7 +290,7 @@ def _deliver(ctx: _Context, model: Model, outdir: Path, applied: Any, message: s
         with ctx.steps("verify_artifact", "running the artifact"):
             artifact = run_artifact(deployment.exported.path, artifact_runtime(target),
                                     ctx.quantize, ctx.model, ctx.data.samples, ctx.reference,
-                                    applied, _policy(ctx.opts))
+                                    applied, _policy(ctx.opts), ctx.noise_floor)
         if artifact.fallback:
             warnings.append(artifact.fallback)
         histogram = error_histograms(ctx.reference, artifact.outputs)

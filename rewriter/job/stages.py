@@ -483,9 +483,11 @@ def _after_path(message: str) -> str:
 def run_artifact(path: str | Path, runtime: str, quantize: str, model: Model,
                  samples: Sequence[Feeds], reference: Mapping[str, np.ndarray],
                  applied: Sequence[Any] = (),
-                 policy: TolerancePolicy = DEFAULT_POLICY) -> ArtifactRun:
+                 policy: TolerancePolicy = DEFAULT_POLICY,
+                 noise_floor: Mapping[str, float] | None = None) -> ArtifactRun:
     """Run the file in ``runtime`` and compare with ``reference`` at the policy's artifact
-    tolerance for ``quantize`` and the rule applications ``applied`` the file carries.
+    tolerance for ``quantize``, the rule applications ``applied`` the file carries and the
+    original's float32 ``noise_floor`` (float files).
 
     A ``.tflite`` that TFLite Micro cannot load because it has no kernel for an op (an op the
     target's table lacks too, so the job fails on it anyway) is run in LiteRT instead, so its
@@ -517,7 +519,7 @@ def run_artifact(path: str | Path, runtime: str, quantize: str, model: Model,
             outs = run_samples(artifact_runner(path, "litert"), samples, names)
     except UserError as exc:
         raise UserError(f"the exported artifact does not run: {exc}") from None
-    tolerance = policy.for_artifact(quantize, reference, applied)
+    tolerance = policy.for_artifact(quantize, reference, applied, noise_floor)
     return ArtifactRun(runtime, outs, compare_within(reference, outs, tolerance, len(samples)),
                        fallback, not_runnable)
 

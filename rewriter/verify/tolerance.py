@@ -11,8 +11,11 @@ sum of the stated max abs errors of the approximate rule applications that can r
   outputs must also keep cosine >= :data:`APPROX_MIN_COSINE` (an op-level bound grows through
   the layers after it, so the element bound alone would not be honest);
 * float artifact vs original: :data:`ARTIFACT_RTOL` (1e-4 float32, 1e-2 float16) relative to the
-  output's scale, plus ``B * max(1, s)`` and cosine >= :data:`APPROX_MIN_COSINE` when approximate
-  rules were applied (the file computes the rewritten graph, so it carries their error too);
+  output's scale, or :data:`~rewriter.verify.float_noise.NOISE_FACTOR` times the original's own
+  output change for a one-float32-step change of its input where that is larger (a model whose
+  float32 outputs are that sensitive: :mod:`rewriter.verify.float_noise`), plus ``B * max(1, s)``
+  and cosine >= :data:`APPROX_MIN_COSINE` when approximate rules were applied (the file computes
+  the rewritten graph, so it carries their error too);
 * int8 artifact vs the float original: cosine >= :data:`INT8_MIN_COSINE` (quantisation error is
   not a bug), also ``rewrite verify``'s default when either model is quantised.
 """
@@ -114,10 +117,14 @@ class TolerancePolicy:
                          f"{self.approx_min_cosine}")
 
     def for_artifact(self, quantize: str, reference: Mapping[str, np.ndarray],
-                     applied: Sequence[Any] = ()) -> Tolerance:
+                     applied: Sequence[Any] = (),
+                     noise_floor: Mapping[str, float] | None = None) -> Tolerance:
         """Exported file vs the original float model, by quantisation mode; ``applied`` are
         the rule applications the exported graph carries (their bounds add to a float file's
-        tolerance, as they do to the rewritten graph's)."""
+        tolerance, as they do to the rewritten graph's). ``noise_floor``: the original's own
+        output change per output when its input moves one float step
+        (:func:`rewriter.verify.float_noise.noise_floor`); a float file's tolerance is at least
+        :data:`~rewriter.verify.float_noise.NOISE_FACTOR` times it."""
         if quantize in ("int8", "16x8"):
             if self.int8_min_top1 is not None:
                 return Tolerance(math.inf, 0.0, self.int8_min_cosine,
@@ -128,11 +135,20 @@ class TolerancePolicy:
             return Tolerance(math.inf, 0.0, self.int8_min_cosine,
                              f"{quantize} artifact vs float original: pass is cosine >= "
                              f"{self.int8_min_cosine}")
+        from rewriter.verify.float_noise import NOISE_FACTOR
+
         rtol = ARTIFACT_RTOL[quantize]
         approx, budget = approximation_budget(applied)
-        atol = {k: rtol * s + budget * max(1.0, s)
-                for k, s in output_scale(reference).items()}
-        note = f"{quantize} artifact vs original: tolerance {rtol:g} relative to the output's scale"
+        scales = output_scale(reference)
+        floors = {k: NOISE_FACTOR * (noise_floor or {}).get(k, 0.0) for k in scales}
+        atol = {k: max(rtol * s, floors[k]) + budget * max(1.0, s) for k, s in scales.items()}
+        kind = "float32" if quantize == "none" else quantize
+        note = f"{kind} artifact vs original: tolerance {rtol:g} relative to the output's scale"
+        noisy = {k: f / s for k, f in floors.items() if (s := scales[k]) > 0 and f > rtol * s}
+        if noisy:
+            note += (f", or {NOISE_FACTOR:g}x the original's own change when its input moves one "
+                     "float32 step where that is larger (" + ", ".join(
+                         f"{k}: {v:.2g}" for k, v in sorted(noisy.items())) + " of its scale)")
         if not approx:
             return Tolerance(atol, rtol, None, note)
         return Tolerance(atol, rtol, self.approx_min_cosine,
