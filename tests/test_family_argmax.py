@@ -104,6 +104,11 @@ def test_argmax_head_runs_whole(argmax_model, tmp_path, target):
     [cmp] = report["equivalence"]["artifact"]["outputs"].values()  # the job's own verdict
     assert cmp["index_agreement"] >= cmp["min_index_agreement"] == 0.99
     assert cmp["min_cosine"] is None
+    # the note above the verdict says what it was judged by (was "pass is cosine >= 0.99")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert ("- int8 artifact vs float original: pass is index agreement >= 0.99 (the share of "
+            "equal indices) for the integer output argmax; no output judged by cosine") in md
+    assert "pass is cosine" not in md and "min cosine" not in report["summary"]
 
 
 @pytest.mark.slow
@@ -116,3 +121,38 @@ def test_argmax_head_on_onnx_keeps_the_native_argmax(argmax_model, tmp_path):
     assert "ArgMax" in {n.op_type for n in onnx.load(tmp_path / "out" / "model.onnx").graph.node}
     [cmp] = report["equivalence"]["artifact"]["outputs"].values()  # float: judged elementwise
     assert cmp["ok"] and cmp["max_abs_error"] == 0.0 and cmp["mismatched"] == 0
+    # the summary says what was judged: every index equal (was "min cosine 1.00000")
+    assert "min cosine" not in report["summary"], report["summary"]
+    assert ("artifact matches (index agreement of argmax 1.0000 over 512 indices of 8 input(s) "
+            "(share of equal arg-max indices, the criterion: every index equal, element-wise; "
+            "cosine not judged))") in report["summary"]
+    assert cmp["integer"] and cmp["index_agreement"] == 1.0
+
+
+@pytest.mark.slow
+def test_accuracy_judges_the_index_map_by_index_agreement(argmax_model, tmp_path):
+    """``--accuracy 0.999`` on tflm: int8 agrees on 511 of 512 indices (0.99805) while the cosine
+    of those class numbers is 0.9997, so judged by cosine the target looked met (exit 0, no
+    search). Judged by index agreement the search runs; ARG_MAX has no 16x8 kernel on TFLite
+    Micro and the conv in 16x8 changes no index, so it ends 1 and says per output which criterion
+    and what it reached; the --recover move is not tried (an index map has no gradient; it was
+    an internal error, exit 3, at --accuracy 0.9999)."""
+    import json
+
+    from rewriter.cli import main
+
+    root, out = argmax_model.parent, tmp_path / "out"
+    code = main([str(argmax_model), "--target", "tflm", "--calibration",
+                 str(root / "calibration.npy"), "--data", str(root / "data.npy"), "-o", str(out),
+                 "-q", "--accuracy", "0.999"])
+    report = json.loads((out / "report.json").read_text())
+    [cmp] = report["equivalence"]["artifact"]["outputs"].values()
+    assert cmp["cosine"] >= 0.999 and cmp["index_agreement"] == 511 / 512
+    prec = report["precision"]
+    assert code == 1 and not prec["met"] and not report["ok"]
+    assert prec["outputs"] == {"argmax": {"criterion": "index agreement", "target": 0.999,
+                                          "int8": 511 / 512, "plan": 511 / 512, "met": False}}
+    assert prec["int8"]["accuracy"] == {"argmax": 511 / 512}
+    assert prec["recover"]["tried"] is False and "no gradient" in prec["recover"]["why"]
+    [line] = [w for w in report["warnings"] if w.startswith("--accuracy 0.999")]
+    assert "(argmax index agreement 0.9980 (int8 0.9980))" in line, line

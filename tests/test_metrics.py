@@ -169,7 +169,8 @@ def test_top1_agreement_of_classifier_outputs_and_its_criterion():
 def test_an_index_map_is_judged_by_index_agreement_not_cosine():
     """An integer output (an arg-max class per pixel) compared against a cosine passes on the
     share of equal indices (>= MIN_INDEX_AGREEMENT): class numbers have no cosine. Exact
-    comparisons (no cosine) still count every differing index as a mismatch."""
+    comparisons (no cosine) still count every differing index as a mismatch, and report the
+    share too."""
     from rewriter.verify.metrics import MIN_INDEX_AGREEMENT
 
     ref = np.zeros((2, 1, 10, 10), np.int64)
@@ -182,8 +183,9 @@ def test_an_index_map_is_judged_by_index_agreement_not_cosine():
     test[0, 0, 1, :2] = 0  # 3 of 200 differ: 0.985
     [o] = compare({"m": ref}, {"m": test}, atol=math.inf, rtol=0.0, min_cosine=0.999).outputs
     assert o.index_agreement == 0.985 and not o.ok
-    [o] = compare({"m": ref}, {"m": test}).outputs
-    assert o.index_agreement is None and o.mismatched == 3 and not o.ok
+    [o] = compare({"m": ref}, {"m": test}).outputs  # no cosine: every index counts
+    assert o.mismatched == 3 and not o.ok and o.integer
+    assert o.index_agreement == 0.985 and o.min_index_agreement is None  # reported, not judged
 
 
 def test_the_summary_and_reports_say_an_index_map_rests_on_index_agreement():

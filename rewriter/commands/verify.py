@@ -126,13 +126,14 @@ def run(args: argparse.Namespace, ui: Any) -> int:
     else:
         quantized = [r.path for r in (ref, cand) if _quantized(r)]
         if quantized and not given:  # the main job's int8 criterion, so both agree
-            from rewriter.verify.tolerance import DEFAULT_POLICY
+            from rewriter.verify.tolerance import DEFAULT_POLICY, judged_by
 
             min_cos = DEFAULT_POLICY.int8_min_cosine
             criterion_notes.append(
-                f"{', '.join(quantized)} is quantized: compared by cosine >= {min_cos} (the "
-                "main job's int8 criterion); element-wise tolerances would measure "
-                "quantization error (give --atol/--rtol to use them)")
+                f"{', '.join(quantized)} is quantized: compared by "
+                f"{judged_by(f'cosine >= {min_cos}', ref_out)} (the main job's int8 "
+                "criterion); element-wise tolerances would measure quantization error (give "
+                "--atol/--rtol to use them)")
         elif not given:
             criterion_notes.append(f"tolerances: defaults ({EXACT_RTOL:g} relative to each "
                                    "output's scale; give --atol/--rtol/--min-cosine)")
@@ -387,6 +388,10 @@ def _why(o: Any) -> str:
                      f"{_fmt(o.atol)})")
     if o.min_cosine is not None and o.cosine < o.min_cosine:
         parts.append(f"cosine {o.cosine:.6f} < {o.min_cosine}")
+    if (o.min_index_agreement is not None and o.index_agreement is not None
+            and o.index_agreement < o.min_index_agreement):
+        parts.append(f"index agreement {o.index_agreement:.4f} < {o.min_index_agreement:g} "
+                     "(share of equal indices; an integer output)")
     if o.nonfinite_mismatch:
         parts.append(f"{o.nonfinite_mismatch} non-finite element(s) ("
                      f"{o.nonfinite_text().split(': ', 1)[1]})")

@@ -166,8 +166,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--recover", "recover", "after export, fine-tune the rewritten graph's weights by "
            "distillation from the original on the calibration inputs (int8 simulated in the "
            "loop), export and verify again on held-back inputs", kind="flag", group=RECOVER),
-    Option("--accuracy", "accuracy", "accuracy target: cosine per output on the verification "
-           "data; when the int8 file misses it, the layers adding the most int8 error are "
+    Option("--accuracy", "accuracy", "accuracy target per output on the verification data: "
+           "cosine for float outputs, index agreement (share of equal indices) for integer ones "
+           "(arg-max); when the int8 file misses it, the layers adding the most int8 error are "
            "promoted to 16x8 (where the target has the kernel) until it is met, measured in the "
            "target's runtime; exit 1 with the best plan when no plan reaches it",
            type=float, metavar="COS", group=RECOVER),

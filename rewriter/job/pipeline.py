@@ -49,7 +49,8 @@ from rewriter.tune.int8_range import lines as range_lines
 from rewriter.tune.recover import Recovery
 from rewriter.verify.float_noise import noise_floor
 from rewriter.verify.int8_layers import Int8Layers
-from rewriter.verify.metrics import Comparison
+from rewriter.verify.metrics import Comparison, reached
+from rewriter.verify.tolerance import integer_outputs
 
 
 @dataclass
@@ -139,7 +140,7 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
             and target.artifact == "tflite" and attempt.artifact is not None
             and attempt.saved_model is not None and attempt.deployment is not None
             and attempt.deployment.exported.ok
-            and min(o.cosine for o in attempt.artifact.comparison.outputs) < opts.accuracy):
+            and _misses(attempt.artifact.comparison, opts.accuracy)):
         from rewriter.job.precision import precision_plan
 
         precision, run = precision_plan(ctx, Path(attempt.deployment.exported.path),
@@ -147,7 +148,13 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
                                         _policy(opts))
         if run is not None:
             attempt.artifact = run
-        if (not precision.met and recovery is None and attempt.deployment is not None
+        ints = integer_outputs(ctx.reference)
+        if not precision.met and recovery is None and ints:
+            # distillation pulls outputs by mean squared error: an index map has no gradient
+            precision.recover_not_tried(f"--recover distils the outputs by mean squared error; "
+                                        f"the integer output(s) {', '.join(ints)} have no "
+                                        "gradient (end the model at the logits: --outputs)")
+        elif (not precision.met and recovery is None and attempt.deployment is not None
                 and attempt.deployment.exported.ok):
             # the search's last move: distillation, kept only when better beyond the noise on
             # the verification inputs (rewriter.tune.recover.decide)
@@ -510,6 +517,12 @@ def _compare_rewritten(ref: Mapping[str, np.ndarray], test: Mapping[str, np.ndar
     from rewriter.verify.tolerance import DEFAULT_POLICY
 
     return compare_within(ref, test, DEFAULT_POLICY.for_rewrite(applied, ref), n)
+
+
+def _misses(cmp: Comparison, target: float) -> bool:
+    """``--accuracy``: some output of the artifact's comparison is below ``target`` by its own
+    criterion (cosine; index agreement for an integer output: :func:`reached`)."""
+    return any(reached(o)[1] < target for o in cmp.outputs)
 
 
 def _policy(opts: JobOptions) -> Any:

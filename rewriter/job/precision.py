@@ -1,5 +1,5 @@
 """``--accuracy COS``: when the int8 artifact misses COS on some output, search the cheapest
-int8/16x8 plan that reaches it (:mod:`rewriter.tune.plan_search`, files made by
+int8/16x8 plan that reaches it on every output (:mod:`rewriter.tune.plan_search`, files made by
 :mod:`rewriter.tune.mixed`) and deliver it in the artifact's place.
 
 Every plan is run in the target's runtime (TFLite Micro for tflm, LiteRT elsewhere) on the job's
@@ -12,6 +12,11 @@ reach the target (the ops with no 16x8 kernel on the target, or none: the whole 
 was tried). Where the target has a 16x8 kernel for every op, the TFLite converter's whole-model
 16x8 file (int16 input and output; the quantizer's plans keep int8 ones) is one more candidate,
 measured and costed like the others (:func:`rewriter.tune.plan_search.search`'s ``whole``).
+
+Each output is judged by its own criterion (:func:`rewriter.verify.metrics.reached`): cosine
+>= COS for a float output, index agreement (the share of indices equal to the original's) >= COS
+for an integer one (an arg-max index map, ids), as the verdict judges it; the report and
+``precision.outputs`` say per output which criterion and what the int8 file and the plan reached.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rewriter.job.stages import ArtifactRun, artifact_runtime, run_artifact
+from rewriter.verify.metrics import reached
 
 
 @dataclass
@@ -44,7 +50,7 @@ class PrecisionPlan:
 
     def after_recover(self, recovery: Any, run: Any) -> None:
         """Record the ``--recover`` move; when kept, its file replaced the plan's."""
-        worst = min((o.cosine for o in run.comparison.outputs), default=0.0) if run else 0.0
+        worst = worst_reached(run.comparison) if run else 0.0
         kept = bool(recovery.kept)
         self.recover = {"kept": kept, "worst": float(worst) if kept else None,
                         "met": kept and worst >= self.target,
@@ -52,6 +58,10 @@ class PrecisionPlan:
                         "the fine-tuned artifact did not run"}
         if kept:
             self.delivered = False
+
+    def recover_not_tried(self, why: str) -> None:
+        """Record that the ``--recover`` move could not be taken, and why."""
+        self.recover = {"kept": False, "tried": False, "worst": None, "met": False, "why": why}
 
     def to_json(self) -> dict[str, Any]:
         out = self.result.to_json()
@@ -65,17 +75,37 @@ class PrecisionPlan:
         n = len(r.best.promoted)
         plan = r.best.label or f"{n} of {len(r.layers)} ops in 16x8"
         head = (f"--accuracy {self.target}: {'met' if r.met else 'not met'} with {plan} "
-                f"(worst output cosine {r.best.worst:.4f}, int8 {r.int8.worst:.4f})")
+                f"({reached_text(r)})")
         cost = ", ".join(f"{k} {self.int8_file.get(k)} -> {v}" for k, v in self.plan_file.items()
                          if k in ("vela_ms", "sram_kib", "size_kib", "cpu_ops"))
         tail = "" if r.met else f"; would reach it: {'; '.join(self.needs) or 'nothing tried'}"
         if self.recover is not None:
             rec = self.recover
             tail += ("; then --recover, the search's last move: "
-                     + (f"kept (worst output cosine {rec['worst']:.4f}, "
+                     + (f"kept (worst output {rec['worst']:.4f}, "
                         f"{'met' if rec['met'] else 'not met'}): " if rec["kept"] else
+                        "not tried: " if rec.get("tried") is False else
                         "dropped: ") + rec["why"])
         return f"{head}; cost {cost}{tail}"
+
+
+def worst_reached(cmp: Any) -> float:
+    """The lowest value an output of comparison ``cmp`` reached by its own criterion (cosine,
+    or index agreement for an integer output; 0 with no output)."""
+    return min((reached(o)[1] for o in cmp.outputs), default=0.0)
+
+
+def reached_text(result: Any) -> str:
+    """``logits cosine 0.9994 (int8 0.9712), argmax index agreement 0.9980 (int8 0.9961)``: per
+    output of a :class:`~rewriter.tune.plan_search.SearchResult`, its criterion, what the plan
+    reached and what the int8 file did."""
+    parts = []
+    for name, o in result.outputs().items():
+        got, int8 = o["plan"], o["int8"]
+        parts.append(f"{name} {o['criterion']} "
+                     + (f"{got:.4f}" if got is not None else "not measured")
+                     + (f" (int8 {int8:.4f})" if int8 is not None else ""))
+    return ", ".join(parts) or "no output measured"
 
 
 def _cost(target: Any, path: Path) -> dict[str, Any]:
@@ -111,7 +141,8 @@ def whole_16x8(saved_model: str, calibration: list[dict[str, Any]]) -> dict[str,
         return {}
 
 
-def _ceiling(evaluate: Any, flt: bytes, target: float, ctx: Any) -> list[str]:
+def _ceiling(evaluate: Any, flt: bytes, target: float, ctx: Any,
+             criteria: dict[str, str]) -> list[str]:
     """What bounds every plan: the float file with only its weights rounded to int8 (per
     channel), run like the plans; one sentence, or none when it cannot be measured."""
     from rewriter.tune.mixed import int8_weights_only
@@ -123,8 +154,9 @@ def _ceiling(evaluate: Any, flt: bytes, target: float, ctx: Any) -> list[str]:
         except Exception:  # the runtime could not run it: no figure to give
             return []
     worst = min(acc.values(), default=0.0)
+    each = ", ".join(f"{k} {criteria.get(k, 'cosine')} {v:.4f}" for k, v in acc.items())
     head = (f"the {count} conv/dense weight tensors alone in int8 (per channel, activations "
-            f"float) give worst output cosine {worst:.4f}")
+            f"float) give worst output {worst:.4f} ({each})")
     if worst < target:
         return [f"{head} < {target}: no plan with int8 weights (every int8 or 16x8 plan) can "
                 "reach it; only float weights (a CPU island, --quantize float16 on a target "
@@ -139,7 +171,7 @@ def precision_plan(ctx: Any, artifact_path: Path, saved_model: str, applied: Any
     import tensorflow as tf
 
     from rewriter.tune.mixed import MixedQuantizer
-    from rewriter.tune.plan_search import search
+    from rewriter.tune.plan_search import criteria, search
     from rewriter.verify.runners import LiteRTRunner
 
     target, opts = ctx.target, ctx.opts
@@ -160,8 +192,8 @@ def precision_plan(ctx: Any, artifact_path: Path, saved_model: str, applied: Any
             path.write_bytes(data)
             run = run_artifact(path, runtime, "int8", ctx.model, ctx.data.samples,
                                ctx.reference, applied, policy)
-            outs = run.comparison.outputs
-            return ({o.name: float(o.cosine) for o in outs},
+            outs = run.comparison.outputs  # each output by its own criterion
+            return ({o.name: reached(o)[1] for o in outs},
                     {o.name: float(o.top1_agreement) for o in outs if o.top1_agreement is not None})
 
         def cost(data: bytes) -> dict[str, Any]:
@@ -175,10 +207,11 @@ def precision_plan(ctx: Any, artifact_path: Path, saved_model: str, applied: Any
             if not target.no_16x8() and all(target.int16_kernel(op.op) for op in mq.ops):
                 with ctx.steps("precision_whole", "converting the whole model to 16x8"):
                     whole = whole_16x8(saved_model, cal)
-            with ctx.steps("precision_search", f"searching a plan for cosine {opts.accuracy}"):
+            with ctx.steps("precision_search", f"searching a plan for accuracy {opts.accuracy}"):
                 result = search(mq, evaluate, cost, opts.accuracy, cal[:8],
                                 lambda op: op not in ("QUANTIZE", "DEQUANTIZE")
-                                and target.int16_kernel(op), whole=whole)
+                                and target.int16_kernel(op), whole=whole,
+                                criteria=criteria(ctx.reference))
             plan_bytes = (result.best.data if result.best.data is not None else
                           mq.build({s: "16x8" for s in result.best.promoted}))
         finally:
@@ -192,7 +225,7 @@ def precision_plan(ctx: Any, artifact_path: Path, saved_model: str, applied: Any
             needs = [f"{target.title} runs no 16x8 ({target.no_16x8()}): no mixed plan; only "
                      "float ops on the host or a model change would"]
         if not result.met:
-            needs = _ceiling(evaluate, flt, opts.accuracy, ctx) + needs
+            needs = _ceiling(evaluate, flt, opts.accuracy, ctx, result.criteria) + needs
         better = result.best.worst > result.int8.worst and result.best.promoted
         on_chip = plan_cost.get("cpu_ops", 0) == 0
         plan = PrecisionPlan(opts.accuracy, result, bool(better and on_chip), int8_cost,

@@ -219,14 +219,15 @@ def summary(report: dict[str, Any], attempt: Attempt, synthetic: bool, data: str
 
 
 def _criteria(cmp: Comparison) -> str:
-    """What the artifact's verdict rests on: ``min cosine 0.99422`` over the outputs judged by
-    cosine; for an integer output (arg-max index map) its index agreement over how many indices;
-    for classifier outputs their top-1 agreement (the criterion when ``--min-top1`` judged)."""
+    """What the artifact's verdict rests on: ``min cosine 0.99422`` over the float outputs judged
+    by cosine; for an integer output (arg-max index map, ids) its index agreement over how many
+    indices, and by which criterion (never its cosine); for classifier outputs their top-1
+    agreement (the criterion when ``--min-top1`` judged)."""
     parts = []
-    by_cosine = [o for o in cmp.outputs if o.index_agreement is None and o.min_top1 is None]
+    by_cosine = [o for o in cmp.outputs if not o.integer and o.min_top1 is None]
     if by_cosine:
         parts.append(f"min cosine {min(o.cosine for o in by_cosine):.5f}")
-    index = [o for o in cmp.outputs if o.index_agreement is not None]
+    index = [o for o in cmp.outputs if o.integer and o.index_agreement is not None]
     if index:
         parts.append(index_text(min(index, key=lambda o: o.index_agreement or 0.0).to_json(),
                                 cmp.samples))
@@ -241,11 +242,25 @@ def _criteria(cmp: Comparison) -> str:
 
 def index_text(m: dict[str, Any], samples: int | str | None) -> str:
     """``index agreement of argmax 0.9902 over 512 indices of 8 input(s) (share of equal arg-max
-    indices, the criterion: >= 0.99; cosine not judged)`` for one output's ``equivalence`` entry
-    judged by index agreement."""
+    indices, the criterion: >= 0.99; cosine not judged)`` for one integer output's
+    ``equivalence`` entry; judged element-wise (no cosine in the criterion, e.g. a float
+    artifact), the criterion is every index equal, or the element-wise tolerance when that
+    lets an index differ."""
+    if m.get("min_index_agreement") is not None:
+        criterion = f">= {m['min_index_agreement']:g}"
+    elif _num_or(m.get("atol")) + _num_or(m.get("rtol")) * _num_or(m.get("ref_max_abs")) < 1:
+        criterion = "every index equal, element-wise"
+    else:
+        criterion = (f"element-wise |difference| <= {_num(m.get('atol'))} + "
+                     f"{_num(m.get('rtol'))} x |reference|")
     return (f"index agreement of {m['name']} {m['index_agreement']:.4f} over {m['size']} "
             f"indices of {samples} input(s) (share of equal arg-max indices, the criterion: "
-            f">= {m['min_index_agreement']:g}; cosine not judged)")
+            f"{criterion}; cosine not judged)")
+
+
+def _num_or(v: Any) -> float:
+    """A report number (JSON keeps inf as the string "inf") as a float; None as 0."""
+    return 0.0 if v is None else float(v)
 
 
 def _degenerate(cmp: Comparison) -> str:

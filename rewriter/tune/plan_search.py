@@ -2,7 +2,8 @@
 
 Start from all-int8. Each round measures, in LiteRT with every intermediate tensor kept, the error
 each op *adds* on the probe samples (1 - cosine of its output against the float file's same
-tensor, less the worst 1 - cosine of its activation inputs), promotes the ``step`` int8 ops that
+tensor, or for an integer tensor the share of indices that differ, less the worst such error of
+its activation inputs), promotes the ``step`` int8 ops that
 add the most to 16x8, each with the producers of its inputs (an int16 input needs its producer
 in 16x8; only ops the target runs in 16x8: ``allowed``), rebuilds the file
 (:class:`rewriter.tune.mixed.MixedQuantizer`) and measures it on the target's own runtime
@@ -16,6 +17,14 @@ file, int16 input and output, which the quantizer's plans are not: their input a
 int8) is measured and costed as one more candidate. When nothing reaches the target, the best
 plan is returned with ``met`` False. A plan the runtime cannot run (TFLite Micro aborts on it) is
 kept with its error and never chosen.
+
+Each output is judged by its own criterion (:func:`rewriter.verify.metrics.reached`): a float
+output by its cosine, an integer output (an arg-max index map, ids) by its index agreement (the
+share of indices equal to the reference's; a cosine of class numbers means nothing). The target
+is the same number for both, so ``--accuracy 0.99`` asks what the verdict asks (cosine >= 0.99,
+index agreement >= 0.99 = :data:`rewriter.verify.tolerance.MIN_INDEX_AGREEMENT`); a plan meets it
+when every output does, and a trial's ``worst`` is the lowest of those values. ``criteria`` (output
+-> criterion) says which is which in the result.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from rewriter.tune.mixed import MixedQuantizer
-from rewriter.verify.metrics import top1_agreement
+from rewriter.verify.metrics import COSINE, INDEX_AGREEMENT, top1_agreement
 
 
 @dataclass
@@ -35,7 +44,7 @@ class Trial:
     """One plan measured: the promoted scopes, accuracy per output, cost."""
 
     promoted: tuple[str, ...]
-    accuracy: dict[str, float]           # output -> cosine on held-back data
+    accuracy: dict[str, float]           # output -> its criterion's value on held-back data
     cost: dict[str, Any]
     top1: dict[str, float] = field(default_factory=dict)  # classifiers: top-1 agreement
     label: str = ""                      # a whole-model file's name; "" for a quantizer plan
@@ -64,11 +73,27 @@ class SearchResult:
     int8: Trial
     trials: list[Trial]
     layers: list[dict[str, Any]]   # every op: index, op, scope, precision, added int8 error
+    #: output -> what its accuracy is (``cosine`` or ``index agreement``); absent: cosine
+    criteria: dict[str, str] = field(default_factory=dict)
+
+    def criterion(self, output: str) -> str:
+        return self.criteria.get(output, COSINE)
+
+    def outputs(self) -> dict[str, dict[str, Any]]:
+        """Per output: the criterion, the target, what the int8 file and the plan reached, and
+        whether the plan meets the target there."""
+        out = {}
+        for name in self.best.accuracy or self.int8.accuracy:
+            got = self.best.accuracy.get(name)
+            out[name] = {"criterion": self.criterion(name), "target": self.target,
+                         "int8": self.int8.accuracy.get(name), "plan": got,
+                         "met": got is not None and got >= self.target}
+        return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"accuracy_target": self.target, "met": self.met, "plan": self.best.to_json(),
-                "int8": self.int8.to_json(), "trials": [t.to_json() for t in self.trials],
-                "layers": self.layers}
+        return {"accuracy_target": self.target, "met": self.met, "outputs": self.outputs(),
+                "plan": self.best.to_json(), "int8": self.int8.to_json(),
+                "trials": [t.to_json() for t in self.trials], "layers": self.layers}
 
 
 def cosine(r: np.ndarray, t: np.ndarray) -> float:
@@ -79,14 +104,26 @@ def cosine(r: np.ndarray, t: np.ndarray) -> float:
     return float(r @ t / (nr * nt))
 
 
+def criteria(sample: Mapping[str, np.ndarray]) -> dict[str, str]:
+    """Output -> what it is judged by (module docstring), from one reference sample's dtypes."""
+    return {name: INDEX_AGREEMENT if np.issubdtype(np.asarray(v).dtype, np.integer) else COSINE
+            for name, v in sample.items()}
+
+
 def accuracy(ref: Sequence[Mapping[str, np.ndarray]], test: Sequence[Mapping[str, np.ndarray]]
              ) -> tuple[dict[str, float], dict[str, float]]:
-    """Cosine per output over every sample; top-1 agreement for classifier outputs (the one
-    definition, :func:`rewriter.verify.metrics.top1_agreement`)."""
+    """Per output over every sample, its criterion's value (:func:`criteria`): cosine, or for an
+    integer output the share of equal indices (a float test value read as round(value)); top-1
+    agreement for classifier outputs (the one definition,
+    :func:`rewriter.verify.metrics.top1_agreement`)."""
     cos, top1 = {}, {}
+    judged = criteria(ref[0])
     for name in ref[0]:
         r = np.stack([np.asarray(s[name]) for s in ref])
         t = np.stack([np.asarray(s[name]) for s in test])
+        if judged[name] == INDEX_AGREEMENT:
+            cos[name] = float(np.mean(r == np.rint(t).reshape(r.shape))) if r.size else 1.0
+            continue
         cos[name] = cosine(r, t)
         agree = top1_agreement(r, t)
         if agree is not None:
@@ -113,6 +150,8 @@ def added_errors(float_path: str, quant: bytes, probe: Sequence[Mapping[str, np.
         num = {n: 0.0 for n in names}
         den_r = {n: 0.0 for n in names}
         den_t = {n: 0.0 for n in names}
+        integer = {n for n in names if np.issubdtype(f.details[fidx[n]]["dtype"], np.integer)}
+        differ: dict[str, list[int]] = {}  # integer tensors (ARG_MAX's): [differing, total]
         for feeds in probe:
             fv = f.run(feeds, [fidx[n] for n in names])
             qv = q.run(feeds, [qidx[n] for n in names])
@@ -120,11 +159,17 @@ def added_errors(float_path: str, quant: bytes, probe: Sequence[Mapping[str, np.
                 r, t = fv[fidx[n]].ravel(), qv[qidx[n]].ravel()
                 if r.shape != t.shape:
                     continue
+                if n in integer:  # indices: the share that differs
+                    d = differ.setdefault(n, [0, 0])
+                    d[0] += int(np.sum(r != np.rint(t)))
+                    d[1] += int(r.size)
+                    continue
                 num[n] += float(r @ t)
                 den_r[n] += float(r @ r)
                 den_t[n] += float(t @ t)
     err = {n: 1.0 - (num[n] / np.sqrt(den_r[n] * den_t[n]) if den_r[n] * den_t[n] > 0 else 1.0)
            for n in names}
+    err.update({n: d / total if total else 0.0 for n, (d, total) in differ.items()})
     out = {}
     for op in ops:
         e_out = max((err[n] for n in op.outputs if n in err), default=None)
@@ -140,8 +185,11 @@ def search(mq: MixedQuantizer, evaluate: Callable[[bytes], tuple[dict[str, float
            cost: Callable[[bytes], dict[str, Any]], target: float,
            probe: Sequence[Mapping[str, np.ndarray]], allowed: Callable[[str], bool],
            max_rounds: int = 12, log: Callable[[str], None] = lambda s: None,
-           whole: Mapping[str, bytes] | None = None) -> SearchResult:
-    """The cheapest plan found whose every output reaches cosine ``target`` (module docstring)."""
+           whole: Mapping[str, bytes] | None = None,
+           criteria: Mapping[str, str] | None = None) -> SearchResult:
+    """The cheapest plan found whose every output reaches ``target`` by its own criterion
+    (``criteria``, output -> ``cosine`` or ``index agreement``, as ``evaluate`` measured it;
+    module docstring)."""
     cache: dict[tuple[str, ...], Trial] = {}
     order: list[str] = []   # promotion order
 
@@ -154,7 +202,7 @@ def search(mq: MixedQuantizer, evaluate: Callable[[bytes], tuple[dict[str, float
         else:
             trial = Trial(key, acc, cost(data), top1, label)
         log(f"{label or f'{len(key)} op(s) in 16x8'}: "
-            + (f"failed: {trial.error}" if trial.error else f"worst cosine {trial.worst:.5f}")
+            + (f"failed: {trial.error}" if trial.error else f"worst output {trial.worst:.5f}")
             + f" cost {trial.cost}")
         return trial
 
@@ -216,4 +264,4 @@ def search(mq: MixedQuantizer, evaluate: Callable[[bytes], tuple[dict[str, float
             best, met = trial, trial.worst >= target
     layers = [{"index": op.index, "op": op.op, "scope": op.scope,
                "precision": "16x8" if op.scope in best.promoted else "int8"} for op in mq.ops]
-    return SearchResult(target, met, best, int8, trials, layers)
+    return SearchResult(target, met, best, int8, trials, layers, dict(criteria or {}))

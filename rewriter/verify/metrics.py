@@ -13,6 +13,10 @@ For a reference array ``r`` and a test array ``t`` (same shape, float64 arithmet
 
 The pass criterion is element-wise, like ``numpy.allclose``: |t - r| <= atol + rtol * |r| for
 every element, no NaN/Inf in either array, and, when ``min_cosine`` is given, cosine >= it.
+An integer output (an arg-max index map, ids) also gets ``index_agreement``, the share of equal
+indices; when ``min_cosine`` is given it is judged by that share >= :data:`MIN_INDEX_AGREEMENT`
+instead of cosine (``min_index_agreement`` set, ``min_cosine`` None), a cosine of class numbers
+meaning nothing; a test output carried as floats is read as round(value).
 A NaN or Inf is a mismatch even where both arrays hold it (a model that outputs NaN on the data
 proves nothing about it): the statistics are over the elements finite in both, and
 ``ref_nan``/``ref_inf``/``test_nan``/``test_inf`` count the others (:meth:`OutputMetrics.
@@ -38,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from rewriter.verify.tolerance import EXACT_RTOL, Tolerance
+from rewriter.verify.tolerance import EXACT_RTOL, MIN_INDEX_AGREEMENT, Tolerance
 
 EPS = 1e-6
 #: Below this max |reference| an output is degenerate: cosine and relative errors measure noise
@@ -46,10 +50,8 @@ EPS = 1e-6
 DEGENERATE_SCALE = 1e-6
 DEFAULT_RTOL = EXACT_RTOL
 DEFAULT_ATOL_SCALE = EXACT_RTOL
-#: An integer index map (an ARG_MAX output: a class per pixel) judged against a cosine passes
-#: when at least this share of its indices equals the reference's; a cosine of class numbers
-#: means nothing.
-MIN_INDEX_AGREEMENT = 0.99
+#: What ``--accuracy COS`` and the summary judge an output by (:func:`reached`).
+COSINE, INDEX_AGREEMENT = "cosine", "index agreement"
 
 Tol = float | Mapping[str, float] | None
 
@@ -87,10 +89,12 @@ class OutputMetrics:
     top1_agreement: float | None = None
     #: The pass criterion when it is top-1 agreement (``--min-top1``) instead of cosine.
     min_top1: float | None = None
-    #: Integer outputs (arg-max index maps) judged against a cosine: the share of equal
-    #: indices, and the criterion that replaces the cosine (:data:`MIN_INDEX_AGREEMENT`).
+    #: Integer outputs (arg-max index maps, ids): the share of indices equal to the
+    #: reference's (None for float outputs), and, when the comparison has a cosine, the
+    #: criterion that replaces it (:data:`MIN_INDEX_AGREEMENT`; None: judged element-wise).
     index_agreement: float | None = None
     min_index_agreement: float | None = None
+    integer: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {k: _finite(v) for k, v in asdict(self).items()}
@@ -228,8 +232,9 @@ def compare_arrays(name: str, ref: np.ndarray, test: np.ndarray, atol: float, rt
         ref_inf=int(np.isinf(r).sum()), test_nan=int(np.isnan(t).sum()),
         test_inf=int(np.isinf(t).sum()), min_cosine=min_cosine, note=note)
     m.top1_agreement = None if integer else top1_agreement(r, t)
-    if integer and min_cosine is not None and r.size > 1:
-        m.index_agreement = float(np.mean(r == t))
+    if integer and r.size:
+        m.integer, m.index_agreement = True, float(np.mean(r == t))
+    if integer and min_cosine is not None and r.size:
         m.min_index_agreement, m.min_cosine = MIN_INDEX_AGREEMENT, None
         m.ok = m.index_agreement >= MIN_INDEX_AGREEMENT
     elif min_top1 is not None and m.top1_agreement is not None:
@@ -238,6 +243,16 @@ def compare_arrays(name: str, ref: np.ndarray, test: np.ndarray, atol: float, rt
     else:
         m.ok = m.mismatched == 0 and (min_cosine is None or m.cosine >= min_cosine)
     return m
+
+
+def reached(o: OutputMetrics) -> tuple[str, float]:
+    """What an accuracy target (``--accuracy COS``) judges output ``o`` by, and the value it
+    reached: ``("index agreement", share of equal indices)`` for an integer output (its cosine,
+    of class numbers, means nothing), ``("cosine", cosine)`` otherwise. The target is the same
+    number for both (``--accuracy 0.99`` asks index agreement >= 0.99, as the verdict does)."""
+    if o.integer and o.index_agreement is not None:
+        return INDEX_AGREEMENT, float(o.index_agreement)
+    return COSINE, float(o.cosine)
 
 
 def top1_agreement(ref: np.ndarray, test: np.ndarray) -> float | None:

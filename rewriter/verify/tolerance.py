@@ -18,6 +18,12 @@ sum of the stated max abs errors of the approximate rule applications that can r
   the rewritten graph, so it carries their error too);
 * int8 artifact vs the float original: cosine >= :data:`INT8_MIN_COSINE` (quantisation error is
   not a bug), also ``rewrite verify``'s default when either model is quantised.
+
+Integer outputs (an arg-max index map, ids) have no meaningful cosine: wherever a criterion has a
+cosine, an integer output is judged by its index agreement (the share of indices equal to the
+reference's) >= :data:`MIN_INDEX_AGREEMENT` instead; without one (exact and float-artifact
+tolerances) every index counts element-wise (below 1 of absolute tolerance: every index equal).
+The notes say which outputs were judged by which (:func:`judged_by`).
 """
 
 from __future__ import annotations
@@ -37,6 +43,10 @@ APPROX_MIN_COSINE = 0.999
 INT8_MIN_COSINE = 0.99
 #: Tolerance of a float artifact, relative to the output's scale, by quantisation mode.
 ARTIFACT_RTOL = {"none": 1e-4, "float16": 1e-2}
+#: An integer output (an ARG_MAX index map: a class per pixel) judged against a cosine passes
+#: when at least this share of its indices equals the reference's; a cosine of class numbers
+#: means nothing.
+MIN_INDEX_AGREEMENT = 0.99
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,26 @@ def output_scale(reference: Mapping[str, np.ndarray]) -> dict[str, float]:
         a = np.abs(np.asarray(v, dtype=np.float64))
         out[name] = float(a[np.isfinite(a)].max(initial=0.0))
     return out
+
+
+def integer_outputs(reference: Mapping[str, np.ndarray]) -> list[str]:
+    """The outputs of ``reference`` whose values are integers (index maps, ids), in order."""
+    return [k for k, v in reference.items() if np.issubdtype(np.asarray(v).dtype, np.integer)]
+
+
+def judged_by(by_cosine: str, reference: Mapping[str, np.ndarray] | None) -> str:
+    """What a criterion with a cosine (``by_cosine``, e.g. ``cosine >= 0.99``) judges, per
+    output: unchanged when no output of ``reference`` is an integer; else the integer outputs
+    named with their index-agreement criterion (:data:`MIN_INDEX_AGREEMENT`), and the cosine
+    kept for the float outputs only."""
+    ints = integer_outputs(reference or {})
+    if not ints:
+        return by_cosine
+    index = (f"index agreement >= {MIN_INDEX_AGREEMENT:g} (the share of equal indices) for the "
+             f"integer output{'s' if len(ints) > 1 else ''} {', '.join(ints)}")
+    if len(ints) == len(reference or {}):
+        return f"{index}; no output judged by cosine"
+    return f"{by_cosine} for the float outputs, {index}"
 
 
 def bound_of(application: Any) -> float | None:
@@ -113,8 +143,8 @@ class TolerancePolicy:
         return Tolerance(atol, self.exact_rtol, self.approx_min_cosine,
                          f"{len(approx)} approximate application(s): tolerance "
                          f"{self.exact_rtol:g} x max|ref| + the sum of their bounds "
-                         f"({budget:.3g}) x max(1, max|ref|), cosine >= "
-                         f"{self.approx_min_cosine}")
+                         f"({budget:.3g}) x max(1, max|ref|), " + judged_by(
+                             f"cosine >= {self.approx_min_cosine}", reference))
 
     def for_artifact(self, quantize: str, reference: Mapping[str, np.ndarray],
                      applied: Sequence[Any] = (),
@@ -130,11 +160,12 @@ class TolerancePolicy:
                 return Tolerance(math.inf, 0.0, self.int8_min_cosine,
                                  f"{quantize} artifact vs float original: pass is top-1 "
                                  f"agreement >= {self.int8_min_top1:g} for classifier outputs "
-                                 f"(--min-top1), cosine >= {self.int8_min_cosine} for others",
+                                 "(--min-top1), " + judged_by(
+                                     f"cosine >= {self.int8_min_cosine} for others", reference),
                                  self.int8_min_top1)
             return Tolerance(math.inf, 0.0, self.int8_min_cosine,
-                             f"{quantize} artifact vs float original: pass is cosine >= "
-                             f"{self.int8_min_cosine}")
+                             f"{quantize} artifact vs float original: pass is " + judged_by(
+                                 f"cosine >= {self.int8_min_cosine}", reference))
         from rewriter.verify.float_noise import NOISE_FACTOR
 
         rtol = ARTIFACT_RTOL[quantize]
@@ -150,11 +181,15 @@ class TolerancePolicy:
                      "float32 step where that is larger (" + ", ".join(
                          f"{k}: {v:.2g}" for k, v in sorted(noisy.items())) + " of its scale)")
         if not approx:
+            exact = [k for k in integer_outputs(reference) if atol[k] + rtol * scales[k] < 1]
+            if exact:  # an index off by one is off by >= 1: nothing but equality passes
+                note += (f"; the integer output{'s' if len(exact) > 1 else ''} "
+                         f"{', '.join(exact)}: every index equal to the original's")
             return Tolerance(atol, rtol, None, note)
         return Tolerance(atol, rtol, self.approx_min_cosine,
                          f"{note} + the sum of the {len(approx)} approximate application(s)' "
-                         f"bounds ({budget:.3g}) x max(1, max|ref|), cosine >= "
-                         f"{self.approx_min_cosine}")
+                         f"bounds ({budget:.3g}) x max(1, max|ref|), " + judged_by(
+                             f"cosine >= {self.approx_min_cosine}", reference))
 
     def for_quantized(self) -> Tolerance:
         """``rewrite verify`` when a model is quantised and no tolerance was given: the job's
