@@ -135,8 +135,8 @@ def test_accuracy_judges_the_index_map_by_index_agreement(argmax_model, tmp_path
     of those class numbers is 0.9997, so judged by cosine the target looked met (exit 0, no
     search). Judged by index agreement the search runs; ARG_MAX has no 16x8 kernel on TFLite
     Micro and the conv in 16x8 changes no index, so it ends 1 and says per output which criterion
-    and what it reached; the --recover move is not tried (an index map has no gradient; it was
-    an internal error, exit 3, at --accuracy 0.9999)."""
+    and what it reached; the --recover move (an internal error, exit 3, at --accuracy 0.9999)
+    distils the logits the arg-max reads and is judged by index agreement: dropped."""
     import json
 
     from rewriter.cli import main
@@ -153,6 +153,37 @@ def test_accuracy_judges_the_index_map_by_index_agreement(argmax_model, tmp_path
     assert prec["outputs"] == {"argmax": {"criterion": "index agreement", "target": 0.999,
                                           "int8": 511 / 512, "plan": 511 / 512, "met": False}}
     assert prec["int8"]["accuracy"] == {"argmax": 511 / 512}
-    assert prec["recover"]["tried"] is False and "no gradient" in prec["recover"]["why"]
+    assert "tried" not in prec["recover"] and prec["recover"]["kept"] is False
+    assert report["recover"]["decision"]["measure"] == "index agreement"
+    assert report["recover"]["decision"]["before"] == 511 / 512
     [line] = [w for w in report["warnings"] if w.startswith("--accuracy 0.999")]
     assert "(argmax index agreement 0.9980 (int8 0.9980))" in line, line
+
+
+@pytest.mark.slow
+def test_recover_distils_the_logits_and_keeps_only_a_better_index_map(argmax_model, tmp_path):
+    """Plain ``--recover`` on tflm was an internal error (exit 3: the distillation subtracted a
+    float target from the int32 arg-max output). It distils the conv's BiasAdd (the tensor the
+    ArgMax reads in both graphs, past Keras 3's -0.0 select) and decides by index agreement on
+    the 8 inputs of --data (measured: 511/512 -> 510/512, dropped; exit 0)."""
+    import json
+
+    from rewriter.cli import main
+
+    root, out = argmax_model.parent, tmp_path / "out"
+    code = main([str(argmax_model), "--target", "tflm", "--calibration",
+                 str(root / "calibration.npy"), "--data", str(root / "data.npy"), "-o", str(out),
+                 "-q", "--recover"])
+    report = json.loads((out / "report.json").read_text())
+    rec = report["recover"]
+    assert code == 0 and report["ok"], report["summary"]
+    assert ("the integer output argmax distilled on the tensor its arg-max reads, "
+            "functional_1/conv2d_1/BiasAdd:0 (an index has no gradient)") in rec["notes"]
+    dec = rec["decision"]
+    assert dec["measure"] == "index agreement" and dec["samples"] == 8
+    assert dec["before"] == rec["before"]["argmax"]["index_agreement"] == 511 / 512
+    assert dec["after"] == rec["after"]["argmax"]["index_agreement"]
+    assert rec["kept"] == (dec["gain"] > dec["margin"])  # by index agreement, not by cosine
+    if not rec["kept"]:  # the first file stays
+        assert _pixel_agreement(argmax_model, out / "model.tflite") == 511 / 512
+    assert "mean index agreement" in report["summary"] and "min cosine" not in report["summary"]

@@ -106,11 +106,13 @@ def test_a_float_file_judges_an_integer_output_exactly_and_says_so():
     off = compare_within(reference, {"argmax": test}, tol, 8)
     assert not off.ok and off.outputs[0].mismatched == 1
     assert _criteria(off).startswith("index agreement of argmax 0.9980 over 512")
-    # a float output beside it keeps its min cosine
+    # a float output beside it says the relative error it was judged by (element-wise)
     both = compare_within({"argmax": ref, "logits": LOGITS}, {"argmax": ref, "logits": LOGITS},
                           DEFAULT_POLICY.for_artifact("none", {"argmax": ref, "logits": LOGITS}),
                           8)
-    assert _criteria(both).startswith("min cosine 1.00000; index agreement of argmax 1.0000")
+    assert _criteria(both).startswith("max relative error 0 of scale (logits) vs the tolerance "
+                                      "0.0001 of scale + 0.0001 x |value|, element-wise: 0 of "
+                                      "80 value(s) outside; index agreement of argmax 1.0000")
 
 
 def test_the_plan_search_measures_an_integer_output_by_index_agreement():

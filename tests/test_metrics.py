@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from rewriter.verify.metrics import compare, compare_arrays, stack_samples
+from rewriter.verify.metrics import compare, compare_arrays, compare_within, stack_samples
 
 
 def test_identical_outputs_have_zero_error_and_pass():
@@ -211,3 +211,25 @@ def test_the_summary_and_reports_say_an_index_map_rests_on_index_agreement():
     report = {"ok": True, "target": "tflm", "equivalence": {"artifact": cmp.to_json()}}
     line = "index agreement of m 0.9922 over 128 indices of 8 input(s)"
     assert line in render_markdown(report) and line in render_html(report)
+
+
+def test_a_float_file_s_summary_says_the_relative_error_it_was_judged_by():
+    """A float artifact (onnx, float tflite) is judged element-wise (|error| <= atol + rtol x
+    |value|), not by cosine: the summary said "min cosine 1.00000" on it, a number no verdict
+    used. It gives the worst relative error against the tolerance, and what lies outside."""
+    from rewriter.report.build import _criteria
+    from rewriter.verify.tolerance import DEFAULT_POLICY
+
+    ref = {"y": np.linspace(-2.0, 2.0, 80).reshape(8, 10)}  # scale 2: atol 2e-4
+    tol = DEFAULT_POLICY.for_artifact("none", ref)
+    ok = compare_within(ref, {"y": ref["y"] * (1 + 2e-5)}, tol, 8)
+    assert ok.ok and _criteria(ok) == (
+        "max relative error 2e-05 of scale (y) vs the tolerance 0.0001 of scale + 0.0001 x "
+        "|value|, element-wise: 0 of 80 value(s) outside; top-1 agreement 1.000"), _criteria(ok)
+    off = compare_within(ref, {"y": ref["y"] + 3e-3}, tol, 8)  # 3e-3 > 2e-4 + 1e-4 x 2
+    assert not off.ok and "min cosine" not in _criteria(off)
+    assert _criteria(off).startswith("max relative error 0.0015 of scale (y) vs the tolerance "
+                                     "0.0001 of scale + 0.0001 x |value|, element-wise: 80 of 80")
+    # a quantised file is judged by cosine: its summary keeps it
+    int8 = compare(ref, {"y": ref["y"] * 0.5}, atol=math.inf, rtol=0.0, min_cosine=0.99)
+    assert _criteria(int8).startswith("min cosine 1.00000")

@@ -45,12 +45,12 @@ from rewriter.rewrite.passes import RewriteResult
 from rewriter.rewrite.planner import Plan
 from rewriter.rules.base import Applied
 from rewriter.targets import Target
+from rewriter.tune.distil_targets import cannot_distil
 from rewriter.tune.int8_range import lines as range_lines
 from rewriter.tune.recover import Recovery
 from rewriter.verify.float_noise import noise_floor
 from rewriter.verify.int8_layers import Int8Layers
 from rewriter.verify.metrics import Comparison, reached
-from rewriter.verify.tolerance import integer_outputs
 
 
 @dataclass
@@ -131,10 +131,13 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
         # (the first failed too); the retry says what was tried and why.
         attempt = _attempt(ctx, frozenset(retry.exclude))
         retry.ok = attempt.ok
-    recovery = None
+    recovery = skipped = None
     if (until == "all" and (opts.recover or opts.qat) and attempt.deployment is not None
             and attempt.deployment.exported.ok):
-        attempt, recovery = _recover(ctx, attempt, bar)
+        # an integer output with no float tensor before it: nothing to distil, said (not exit 3)
+        skipped = cannot_distil(ctx.model, attempt.rewrite.model)
+        if skipped is None:
+            attempt, recovery = _recover(ctx, attempt, bar)
     precision = None
     if (until == "all" and opts.accuracy is not None and quantize == "int8"
             and target.artifact == "tflite" and attempt.artifact is not None
@@ -148,12 +151,10 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
                                         _policy(opts))
         if run is not None:
             attempt.artifact = run
-        ints = integer_outputs(ctx.reference)
-        if not precision.met and recovery is None and ints:
-            # distillation pulls outputs by mean squared error: an index map has no gradient
-            precision.recover_not_tried(f"--recover distils the outputs by mean squared error; "
-                                        f"the integer output(s) {', '.join(ints)} have no "
-                                        "gradient (end the model at the logits: --outputs)")
+        why = (None if precision.met or recovery is not None
+               else cannot_distil(ctx.model, attempt.rewrite.model))
+        if why is not None:
+            precision.recover_not_tried(f"--recover cannot distil: {why}")
         elif (not precision.met and recovery is None and attempt.deployment is not None
                 and attempt.deployment.exported.ok):
             # the search's last move: distillation, kept only when better beyond the noise on
@@ -183,7 +184,7 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
                 package.lookups = write_lookups(model, attempt.deployment.exported.path,
                                                 outdir / "deploy")
     job = Job(model, target, quantize, before, data, attempt, retry, steps.timings, recovery,
-              package, precision=precision)
+              package, precision=precision, recover_skipped=skipped)
     if until == "all" and opts.versus_plain:
         job.versus_plain = versus_plain(model, target, quantize, attempt, data, opts, steps)
     files = {}
@@ -409,14 +410,17 @@ def _qat(ctx: _Context, train: list[dict[str, np.ndarray]],
 def _train_error(ctx: _Context, path: Path, train: list[dict[str, np.ndarray]],
                  teacher: Mapping[str, np.ndarray], runtime: str) -> float:
     """The artifact's mean squared error on ``train`` over the variance of the original's
-    outputs, averaged over outputs (what fine-tuning minimises, measured on the real file)."""
+    outputs, averaged over outputs (what fine-tuning minimises, measured on the real file); an
+    integer output counts the share of its indices that differ (its logits are not in the
+    file's outputs)."""
     from rewriter.job.stages import run_samples
     from rewriter.verify.factory import artifact_runner
 
     runner = artifact_runner(path, runtime)
     outs = run_samples(runner, train, [o.name for o in ctx.model.outputs])
-    return float(np.mean([np.mean((outs[k] - v) ** 2) / max(float(np.var(v)), 1e-12)
-                          for k, v in teacher.items()]))
+    return float(np.mean([
+        np.mean(np.rint(outs[k]) != v) if np.issubdtype(v.dtype, np.integer) else
+        np.mean((outs[k] - v) ** 2) / max(float(np.var(v)), 1e-12) for k, v in teacher.items()]))
 
 
 def _int8_layers(ctx: _Context, path: Path, rewritten: Model) -> Int8Layers:

@@ -110,6 +110,8 @@ class Job:
     #: (:func:`rewriter.targets.cost.versus`; None: no cost model for the target or no file).
     versus_plain: dict[str, Any] | None = None
     precision: Any = None  # --accuracy: rewriter.job.precision.PrecisionPlan
+    #: --recover / --qat asked but not run: why (an integer output with nothing to distil)
+    recover_skipped: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -8,6 +8,7 @@ README ("report.json"); the Markdown is rendered from the same dict, so the two 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +72,9 @@ def build_report(job: Job) -> dict[str, Any]:
         if job.recovery.kept:
             report["equivalence"]["recovered_tf"] = job.recovery.float_after.to_json()
     also = [job.recovery.describe()] if job.recovery is not None else []
+    if job.recover_skipped:
+        report["recover"] = {"tried": False, "why": job.recover_skipped}
+        also.append(f"--recover not run: {job.recover_skipped}")
     also += [tail.describe()] if tail is not None else []
     also += [lookup.describe()] if lookup is not None else []
     report["summary"] = summary(report, attempt, job.data.verification.synthetic,
@@ -220,13 +224,19 @@ def summary(report: dict[str, Any], attempt: Attempt, synthetic: bool, data: str
 
 def _criteria(cmp: Comparison) -> str:
     """What the artifact's verdict rests on: ``min cosine 0.99422`` over the float outputs judged
-    by cosine; for an integer output (arg-max index map, ids) its index agreement over how many
-    indices, and by which criterion (never its cosine); for classifier outputs their top-1
-    agreement (the criterion when ``--min-top1`` judged)."""
+    by cosine (a quantised file); the worst relative error against its tolerance over the float
+    outputs judged element-wise (a float file: :func:`relative_text`); for an integer output
+    (arg-max index map, ids) its index agreement over how many indices, and by which criterion
+    (never its cosine); for classifier outputs their top-1 agreement (the criterion when
+    ``--min-top1`` judged)."""
     parts = []
-    by_cosine = [o for o in cmp.outputs if not o.integer and o.min_top1 is None]
+    floats = [o for o in cmp.outputs if not o.integer and o.min_top1 is None]
+    by_cosine = [o for o in floats if o.min_cosine is not None]
     if by_cosine:
         parts.append(f"min cosine {min(o.cosine for o in by_cosine):.5f}")
+    elementwise = [o for o in floats if o.min_cosine is None]
+    if elementwise:
+        parts.append(relative_text(max(elementwise, key=_closeness)))
     index = [o for o in cmp.outputs if o.integer and o.index_agreement is not None]
     if index:
         parts.append(index_text(min(index, key=lambda o: o.index_agreement or 0.0).to_json(),
@@ -238,6 +248,27 @@ def _criteria(cmp: Comparison) -> str:
                   if worst.min_top1 is not None else "")
         parts.append(f"top-1 agreement {worst.top1_agreement:.3f}{judged}")
     return "; ".join(parts) or "no output compared"
+
+
+def _closeness(o: Any) -> tuple[int, float]:
+    """How near an element-wise judged output is to failing: values outside, then its max
+    error over the tolerance at its largest value."""
+    allowed = o.atol + o.rtol * o.ref_max_abs
+    return (o.mismatched, o.max_abs_error / allowed if allowed > 0 else
+            (0.0 if o.max_abs_error == 0 else math.inf))
+
+
+def relative_text(o: Any) -> str:
+    """``max relative error 0.00016 of scale (logits) vs the tolerance 0.00077 of scale +
+    0.0001 x |value|, element-wise: 0 of 512 value(s) outside`` for a float output judged
+    element-wise (|error| <= atol + rtol x |value| at every value; scale = max |reference|;
+    cosine not judged)."""
+    outside = f"element-wise: {o.mismatched} of {o.size} value(s) outside"
+    if not o.ref_max_abs > 0:
+        return (f"max abs error {o.max_abs_error:.2g} ({o.name}, reference all zero) vs the "
+                f"tolerance {o.atol:.2g}, {outside}")
+    return (f"max relative error {o.max_rel_error:.2g} of scale ({o.name}) vs the tolerance "
+            f"{o.atol / o.ref_max_abs:.2g} of scale + {o.rtol:g} x |value|, {outside}")
 
 
 def index_text(m: dict[str, Any], samples: int | str | None) -> str:

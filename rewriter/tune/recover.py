@@ -5,7 +5,9 @@ the way ``rewrite unfreeze`` does (:func:`rewriter.surgery.unfreeze.find_weights
 feeding conv / matmul / bias / normalisation ops; batch-norm statistics stay fixed), and the graph
 is imported with each of them read from its variable. The *original* model is the teacher: on
 the calibration inputs (no labels), the student's outputs are pulled towards the teacher's by
-minimising the mean squared error of each output over the variance of the teacher's (Adam).
+minimising the mean squared error of each output over the variance of the teacher's (Adam). An
+integer output (an arg-max index map, ids) has no gradient: the float tensor its arg-max reads
+(the logits) is pulled instead, matched in both graphs by :mod:`rewriter.tune.distil_targets`.
 
 When the artifact is int8, quantisation is simulated in the loop (fake quantisation, the
 straight-through estimator passes gradients): every conv / depthwise / matmul kernel is rounded
@@ -79,19 +81,24 @@ def recover(teacher: Model, student: Model, train: Sequence[Mapping[str, np.ndar
     given) match ``teacher``'s on ``train``; returns the graph with the new weights."""
     import tensorflow as tf
 
+    from rewriter.tune.distil_targets import distil_targets
+
     start = time.perf_counter()
     tf.random.set_seed(seed)
     rng = np.random.default_rng(seed)
-    net = _Student(student, int8_ranges)
-    targets = [teacher.run(s) for s in train]
-    names = [o.name for o in student.outputs]
-    spread = {n: max(float(np.var(np.stack([t[n] for t in targets]))), 1e-12) for n in names}
+    pulled, why = distil_targets(teacher, student)
+    if why:
+        raise NotDistillable(why)
+    net = _Student(student, int8_ranges, [p for p in pulled if p.student != _out(student, p)])
+    names = [p.teacher for p in pulled]
+    targets = [teacher.run(s, fetches=names) for s in train]
+    spread = [max(float(np.var(np.stack([t[n] for t in targets]))), 1e-12) for n in names]
 
     @tf.function
     def grads(xs: list[Any], ys: list[Any]) -> tuple[Any, list[Any], list[Any], list[Any]]:
         outs, reads, seen = net.forward(*xs)
-        loss = tf.add_n([tf.reduce_mean(tf.square(o - y)) / spread[n]
-                         for o, y, n in zip(outs, ys, names, strict=True)])
+        loss = tf.add_n([tf.reduce_mean(tf.square(o - y)) / v
+                         for o, y, v in zip(outs, ys, spread, strict=True)])
         g = tf.gradients(loss, [reads[k] for k in net.train_index])
         g = [tf.zeros_like(reads[k]) if gi is None else gi
              for k, gi in zip(net.train_index, g, strict=True)]
@@ -124,6 +131,8 @@ def recover(teacher: Model, student: Model, train: Sequence[Mapping[str, np.ndar
         if on_epoch is not None:
             on_epoch(epoch + 1, losses[-1])
     notes = [] if int8_ranges is not None else ["float fine-tuning (the artifact is not int8)"]
+    notes += [f"the integer output {p.output} distilled on the tensor its arg-max reads, "
+              f"{p.teacher} (an index has no gradient)" for p in net.feeds]
     return RecoverResult(
         student.with_graph(net.frozen(), note=f"--recover: fine-tuned {len(net.trainable)} "
                                               f"weight tensors for {epochs} epoch(s) by "
@@ -139,13 +148,16 @@ class _Student:
     its kernels (per channel) and of the tensors the int8 file quantises (per tensor, with
     ranges in variables that :meth:`calibrate` moves to what the converter would choose)."""
 
-    def __init__(self, model: Model, int8_ranges: Mapping[str, tuple[float, float]] | None
-                 ) -> None:
+    def __init__(self, model: Model, int8_ranges: Mapping[str, tuple[float, float]] | None,
+                 feeds: Sequence[Any] = ()) -> None:
         import tensorflow as tf
 
         from rewriter.surgery.unfreeze import find_weights, lift_graph
 
         self.model = model
+        #: distil_targets.Target of the integer outputs: the float tensors their arg-max reads,
+        #: fetched instead of the output (as the int8 file has them: after their fake quant)
+        self.feeds = list(feeds)
         self.graph_def = _pruned(model)
         self.weights = [w for w in find_weights(self.graph_def)
                         if not _made_by_rule(self.graph_def, w.name)]
@@ -181,10 +193,16 @@ class _Student:
         for (lo_name, hi_name), (lo, hi) in zip(self.range_inputs, self.ranges, strict=True):
             input_map[f"{lo_name}:0"] = tf.identity(lo)
             input_map[f"{hi_name}:0"] = tf.identity(hi)
-        wanted = [o.tensor for o in self.model.outputs] + [f"{n}:0" for n in self.observed]
+        sim = {f"{n}:0": f"{lo[:-len('/min')]}:0"
+               for n, (lo, _) in zip(self.observed, self.range_inputs, strict=True)}
+        pulled = []
+        for o in self.model.outputs:
+            feeds = [sim.get(p.student, p.student) for p in self.feeds if p.output == o.name]
+            pulled += feeds or [o.tensor]
+        wanted = pulled + [f"{n}:0" for n in self.observed]
         got = tf.compat.v1.import_graph_def(self.lifted, input_map=input_map,
                                             return_elements=wanted, name="")
-        k = len(self.model.outputs)
+        k = len(pulled)
         return list(got[:k]), reads, list(got[k:])
 
     def widen(self, lo: np.ndarray, hi: np.ndarray) -> None:
@@ -205,6 +223,15 @@ class _Student:
 
     def frozen(self) -> Any:
         return _frozen(self.graph_def, self.weights, self.variables)
+
+
+class NotDistillable(ValueError):
+    """An output the distillation cannot pull (an integer output with no float tensor before
+    it: :func:`rewriter.tune.distil_targets.distil_targets` says why)."""
+
+
+def _out(model: Model, target: Any) -> str:
+    return next(o.tensor for o in model.outputs if o.name == target.output)
 
 
 def _made_by_rule(graph_def: Any, name: str) -> bool:
@@ -350,7 +377,9 @@ class Decision:
     set given, or seeded synthetic inputs disjoint from the training ones). Per input, the
     worst output's cosine to the original, before and after; kept only when ``n`` >=
     :data:`MIN_DECISION_SAMPLES` and the mean gain exceeds :data:`DECISION_SE` standard
-    errors of it (the margin) and is positive."""
+    errors of it (the margin) and is positive. Each output is scored by its own criterion:
+    cosine for a float output, the share of equal indices (index agreement) for an integer
+    one (``measure`` names which)."""
 
     source: str
     n: int
@@ -362,11 +391,13 @@ class Decision:
     improved: int  # inputs whose cosine rose
     kept: bool
     why: str
+    measure: str = "cosine"
 
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source, "samples": self.n, "min_samples": MIN_DECISION_SAMPLES,
                 "rule": f"keep when samples >= {MIN_DECISION_SAMPLES} and the mean per-sample "
-                        f"cosine gain > {DECISION_SE:g} x its standard error (paired)",
+                        f"{self.measure} gain > {DECISION_SE:g} x its standard error (paired)",
+                "measure": self.measure,
                 "before": self.before, "after": self.after, "gain": self.gain,
                 "standard_error": self.standard_error, "margin": self.margin,
                 "improved": self.improved, "kept": self.kept, "why": self.why}
@@ -382,20 +413,44 @@ def _per_sample_cosine(ref: np.ndarray, out: np.ndarray, n: int) -> np.ndarray:
     return np.where(exact, 1.0, np.nan_to_num(cos, nan=-1.0))
 
 
+def _per_sample_agreement(ref: np.ndarray, out: np.ndarray, n: int) -> np.ndarray:
+    """Per sample, the share of indices equal to the reference's (a float index read as
+    round(value), as :func:`rewriter.verify.metrics.compare_arrays` reads it)."""
+    b = np.asarray(out)
+    b = np.rint(b) if np.issubdtype(b.dtype, np.floating) else b
+    a = np.asarray(ref, np.float64).reshape(n, -1)
+    return np.mean(a == np.asarray(b, np.float64).reshape(n, -1), axis=1)
+
+
+def _integer(v: np.ndarray) -> bool:
+    return bool(np.issubdtype(np.asarray(v).dtype, np.integer))
+
+
+def _per_sample(ref: np.ndarray, out: np.ndarray, n: int) -> np.ndarray:
+    """The output's own criterion per sample: index agreement for an integer output, cosine
+    for a float one."""
+    return (_per_sample_agreement if _integer(ref) else _per_sample_cosine)(ref, out, n)
+
+
 def decide(reference: Mapping[str, np.ndarray], before: Mapping[str, np.ndarray] | None,
            after: Mapping[str, np.ndarray] | None, n: int, source: str) -> Decision:
     """:class:`Decision` from the original's, the first artifact's and the fine-tuned
     artifact's outputs on the same ``n`` inputs (stacked on a leading axis)."""
+    ints = [_integer(v) for v in reference.values()]
+    measure = ("index agreement" if ints and all(ints) else
+               "worst-output score (cosine of a float output, index agreement of an integer "
+               "one)" if any(ints) else "cosine")
     if after is None or before is None:
         return Decision(source, n, math.nan, math.nan, math.nan, math.nan, math.nan, 0, False,
-                        "the fine-tuned artifact did not run")
-    cb = np.min([_per_sample_cosine(v, before[k], n) for k, v in reference.items()], axis=0)
-    ca = np.min([_per_sample_cosine(v, after[k], n) for k, v in reference.items()], axis=0)
+                        "the fine-tuned artifact did not run", measure)
+    cb = np.min([_per_sample(v, before[k], n) for k, v in reference.items()], axis=0)
+    ca = np.min([_per_sample(v, after[k], n) for k, v in reference.items()], axis=0)
     d = ca - cb
     gain = float(np.mean(d)) if n else math.nan
     se = float(np.std(d, ddof=1) / math.sqrt(n)) if n > 1 else math.inf
     margin = DECISION_SE * se
-    fig = (f"mean cosine {float(np.mean(cb)):.5f} -> {float(np.mean(ca)):.5f}, gain "
+    short = "score" if any(ints) and not all(ints) else measure
+    fig = (f"mean {short} {float(np.mean(cb)):.5f} -> {float(np.mean(ca)):.5f}, gain "
            f"{gain:+.3g} vs margin {margin:.3g} ({DECISION_SE:g} standard errors), improved on "
            f"{int(np.sum(d > 0))} of {n}")
     if n < MIN_DECISION_SAMPLES:
@@ -409,7 +464,7 @@ def decide(reference: Mapping[str, np.ndarray], before: Mapping[str, np.ndarray]
     else:
         kept, why = False, (f"not better on {n} inputs of {source} beyond the noise: {fig}")
     return Decision(source, n, float(np.mean(cb)), float(np.mean(ca)), gain, se, margin,
-                    int(np.sum(d > 0)), kept, why)
+                    int(np.sum(d > 0)), kept, why, measure)
 
 
 @dataclass
@@ -449,6 +504,10 @@ class Recovery:
         if self.decision is not None:
             parts.append(("kept: " if self.kept else "dropped: ") + self.decision.why)
         for name in a:
+            if a[name].get("index_agreement") is not None and name in b:
+                parts.append(f"{name}: index agreement {b[name]['index_agreement']:.5f} -> "
+                             f"{a[name]['index_agreement']:.5f}")
+                continue
             parts.append(f"{name}: cosine {b[name]['cosine']:.5f} -> {a[name]['cosine']:.5f}, "
                          f"max abs error {b[name]['max_abs_error']:.3g} -> "
                          f"{a[name]['max_abs_error']:.3g}")
@@ -463,7 +522,9 @@ def _brief_cmp(cmp: Any) -> dict[str, dict[str, float]]:
     if cmp is None:
         return {}
     return {o.name: {"cosine": o.cosine, "max_abs_error": o.max_abs_error, "rmse": o.rmse,
-                     "max_rel_error": o.max_rel_error} for o in cmp.outputs}
+                     "max_rel_error": o.max_rel_error,
+                     **({"index_agreement": o.index_agreement} if o.integer else {})}
+            for o in cmp.outputs}
 
 
 def float_comparison(reference: Mapping[str, np.ndarray], model: Model,
@@ -484,6 +545,8 @@ def markdown_lines(rec: Mapping[str, Any] | None) -> list[str]:
     inputs the keep-or-drop decision rests on (how many, how chosen), its rule and margin."""
     if not rec:
         return []
+    if rec.get("tried") is False:
+        return [f"--recover not run: {rec.get('why')}"]
     flag = "--qat" if rec.get("method") == "tfmot" else "--recover"
     out = [f"{flag}: {rec.get('epochs')} epochs on {rec.get('train_samples')} sample(s); "
            f"decided on {rec.get('held_back')} input(s) it never trained on"
@@ -493,7 +556,9 @@ def markdown_lines(rec: Mapping[str, Any] | None) -> list[str]:
         out.append(f"rule: {dec.get('rule')}")
         fig = [f"{k} {_fmt(dec.get(k))}" for k in ("before", "after", "gain",
                                                       "standard_error", "margin")]
-        out.append("mean worst-output cosine: " + ", ".join(fig)
+        measure = dec.get("measure") or "cosine"
+        out.append(f"mean {'' if measure.startswith('worst') else 'worst-output '}{measure}: "
+                   + ", ".join(fig)
                    + f"; improved on {dec.get('improved')} of {dec.get('samples')}")
         out.append(("kept: " if rec.get("kept") else "dropped: ") + str(dec.get("why")))
     return out
