@@ -129,3 +129,17 @@ def test_the_report_says_when_recover_was_not_run_and_why():
         "tried": False, "why": "the integer output ids (int32) has no float tensor to distil"}})
     assert ("- --recover not run: the integer output ids (int32) has no float tensor to "
             "distil") in md
+
+
+def test_qat_leaves_an_integer_output_to_recover_s_distillation(heads):
+    """TFMOT fits the outputs by mean squared error: on an arg-max output it has no gradient, so
+    ``--qat`` says so and the job falls back to ``--recover`` (which distils the logits)."""
+    from dataclasses import replace
+
+    from rewriter.tune.qat import QatUnavailable, qat_finetune
+
+    teacher, _, train, _ = heads
+    h5 = teacher.with_graph(teacher.graph_def)
+    h5.source = replace(h5.source, path="head.h5", format="h5", notes=["loaded with tf_keras"])
+    with pytest.raises(QatUnavailable, match="the integer output"):
+        qat_finetune(h5, train, 1)

@@ -52,6 +52,10 @@ def qat_finetune(model: Model, train: Sequence[Mapping[str, np.ndarray]], epochs
     if not is_tf_keras(model):
         raise QatUnavailable("TFMOT's quantization-aware training works with tf_keras (Keras 2) "
                              f"models only; {model.source.path} is a {_kind(model)}")
+    ints = [o.name for o in model.outputs if not o.dtype.startswith(("float", "bfloat", "half"))]
+    if ints:  # --recover distils the logits their arg-max reads (rewriter.tune.distil_targets)
+        raise QatUnavailable(f"TFMOT fits the outputs by mean squared error and the integer "
+                             f"output(s) {', '.join(ints)} have no gradient")
     try:
         import tensorflow_model_optimization as tfmot
     except ImportError:
