@@ -375,7 +375,7 @@ class Decision:
     """Keep or drop the fine-tuned artifact, decided on inputs the distillation never used
     (the job's verification samples: the user's --data, or the split held back from the one
     set given, or seeded synthetic inputs disjoint from the training ones). Per input, the
-    worst output's cosine to the original, before and after; kept only when ``n`` >=
+    worst output's score against the original, before and after; kept only when ``n`` >=
     :data:`MIN_DECISION_SAMPLES` and the mean gain exceeds :data:`DECISION_SE` standard
     errors of it (the margin) and is positive. Each output is scored by its own criterion:
     cosine for a float output, the share of equal indices (index agreement) for an integer
@@ -383,12 +383,12 @@ class Decision:
 
     source: str
     n: int
-    before: float  # mean over the inputs of the worst output's cosine, first artifact
+    before: float  # mean over the inputs of the worst output's score, first artifact
     after: float  # the same, fine-tuned artifact
     gain: float  # mean per-input gain (after - before)
     standard_error: float
     margin: float  # DECISION_SE x standard_error: what the gain must exceed
-    improved: int  # inputs whose cosine rose
+    improved: int  # inputs whose score rose
     kept: bool
     why: str
     measure: str = "cosine"
