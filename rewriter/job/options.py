@@ -170,7 +170,9 @@ OPTIONS: tuple[Option, ...] = (
            "cosine for float outputs, index agreement (share of equal indices) for integer ones "
            "(arg-max); when the int8 file misses it, the layers adding the most int8 error are "
            "promoted to 16x8 (where the target has the kernel) until it is met, measured in the "
-           "target's runtime; exit 1 with the best plan when no plan reaches it",
+           "target's runtime; exit 1 with the best plan when no plan reaches it. With --quantize "
+           "16x8: when the layer adding the most error has an approximate rule built from ops the "
+           "target runs in 16x8, that rule is tried on purpose and kept only when it meets it",
            type=float, metavar="COS", group=RECOVER),
     Option("--epochs", "epochs", "fine-tuning epochs of --recover (default {default})",
            type=int, group=RECOVER),

@@ -103,9 +103,11 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
             from rewriter.export.micro import refuse_unless_deployable
 
             refuse_unless_deployable(target.name, flag)
-    if opts.accuracy is not None and not (quantize == "int8" and target.artifact == "tflite"):
+    if opts.accuracy is not None and not (quantize in INTEGER_MODES
+                                          and target.artifact == "tflite"):
         raise UserError(f"--accuracy searches int8/16x8 plans of a .tflite; {target.name} with "
-                        f"--quantize {quantize} has none: drop --accuracy or quantize to int8")
+                        f"--quantize {quantize} has none: drop --accuracy or quantize to int8 "
+                        "or 16x8")
     steps = Steps(progress)
     with steps("check_before", "checking the model against the op table"):
         before = target.check_graph(model, quantize)
@@ -162,6 +164,24 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
             attempt, recovery = _recover(ctx, attempt, bar)
             precision.after_recover(recovery, attempt.artifact)
         attempt.warnings.append(precision.describe())
+    approximation = None
+    if (until == "all" and opts.accuracy is not None and quantize == "16x8"
+            and attempt.artifact is not None and attempt.deployment is not None
+            and attempt.deployment.exported.ok):
+        from rewriter.job.approximate import approximation_move
+
+        # every op is already 16x8: the move left is an approximate rule where the target's
+        # own kernel loses more than the rule's bound (rewriter.job.approximate)
+        attempt, approximation = approximation_move(
+            ctx, attempt, lambda c, nodes: _attempt(c, approximate=nodes))
+        attempt.warnings.append(approximation.describe())
+    elif (until == "all" and opts.accuracy is None and quantize == "16x8"
+          and attempt.artifact is not None and not attempt.artifact.ok):
+        from rewriter.job.approximate import approximation_hint
+
+        hint = approximation_hint(ctx, attempt)
+        if hint:
+            attempt.warnings.append(hint)
     package = None
     if ((opts.deploy or opts.sram_kb or opts.flash_kb) and until == "all"
             and attempt.deployment is not None and attempt.deployment.exported.ok):
@@ -184,7 +204,8 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
                 package.lookups = write_lookups(model, attempt.deployment.exported.path,
                                                 outdir / "deploy")
     job = Job(model, target, quantize, before, data, attempt, retry, steps.timings, recovery,
-              package, precision=precision, recover_skipped=skipped)
+              package, precision=precision, recover_skipped=skipped,
+              approximation=approximation)
     if until == "all" and opts.versus_plain:
         job.versus_plain = versus_plain(model, target, quantize, attempt, data, opts, steps)
     files = {}
@@ -223,16 +244,18 @@ def versus_plain(model: Model, target: Target, quantize: str, attempt: Attempt, 
     return versus(mine, theirs)
 
 
-def _attempt(ctx: _Context, exclude: frozenset[str] = frozenset()) -> Attempt:
-    """Plan and rewrite (rules in ``exclude`` not used) and judge the rewritten graph; then, as
-    far as ``ctx.until`` asks, verify it in TF, export, check and run the artifact."""
+def _attempt(ctx: _Context, exclude: frozenset[str] = frozenset(),
+             approximate: frozenset[str] = frozenset()) -> Attempt:
+    """Plan and rewrite (rules in ``exclude`` not used; the nodes in ``approximate`` replaced
+    on purpose) and judge the rewritten graph; then, as far as ``ctx.until`` asks, verify it in
+    TF, export, check and run the artifact."""
     from rewriter.rewrite.planner import plan_and_apply
 
     steps, target = ctx.steps, ctx.target
     with steps("rewrite", "planning and rewriting"):
         the_plan, result = plan_and_apply(ctx.model, target, ctx.quantize, ctx.opts.exact_only,
                                           exclude, data=ctx.data.calibration_samples
-                                          or ctx.data.samples)
+                                          or ctx.data.samples, approximate=approximate)
     rewritten = result.model
     with steps("check_rewritten"):
         graph_after = target.check_graph(rewritten, ctx.quantize)

@@ -112,12 +112,15 @@ class Job:
     precision: Any = None  # --accuracy: rewriter.job.precision.PrecisionPlan
     #: --recover / --qat asked but not run: why (an integer output with nothing to distil)
     recover_skipped: str | None = None
+    #: --accuracy with --quantize 16x8: rewriter.job.approximate.ApproximationMove
+    approximation: Any = None
 
     @property
     def ok(self) -> bool:
         """The attempt is OK and the model fits the ``--sram``/``--flash`` budgets."""
         return (self.attempt.ok and not (self.package is not None and self.package.overruns())
-                and (self.precision is None or self.precision.met))
+                and (self.precision is None or self.precision.met)
+                and (self.approximation is None or self.approximation.met))
 
     @property
     def warnings(self) -> list[str]:

@@ -67,6 +67,8 @@ def build_report(job: Job) -> dict[str, Any]:
     report.update(_attempt_report(attempt, why))
     if job.precision is not None:
         report["precision"] = job.precision.to_json()
+    if job.approximation is not None:
+        report["approximation"] = job.approximation.to_json()
     if job.recovery is not None:
         report["recover"] = job.recovery.to_json()
         if job.recovery.kept:

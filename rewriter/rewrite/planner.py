@@ -7,7 +7,10 @@ several forms of one family fit, the cheapest on the target by the measured tabl
 :mod:`rewriter.targets.form_costs`, recorded in ``Fix.choice``); an
 approximate rule only when no exact one fits (never with ``exact_only``). An op's named fix
 (``Fix.rule``) is the first of them whose pattern matches one of its lacking nodes. Ops no rule fits go to
-``Plan.unfixable`` with the reason. :func:`plan_and_apply` runs plan -> apply -> re-check in
+``Plan.unfixable`` with the reason. Nodes named in ``approximate`` are planned as if the target
+lacked them, on purpose (``--accuracy``'s approximation move, :mod:`rewriter.job.approximate`:
+the target runs the op, but less accurately than a rule's stated bound); their fix's reason says
+so (:data:`ON_PURPOSE`). :func:`plan_and_apply` runs plan -> apply -> re-check in
 rounds on the one pass engine (:mod:`rewriter.rewrite.passes`). The planner is typed against
 :class:`PlanTarget`, which :class:`rewriter.targets.Target` satisfies; tests build their
 targets from tables (:func:`rewriter.targets.target_from_table`).
@@ -28,7 +31,7 @@ from rewriter.rules.base import Applied, Bound, Match, Reject, Rule
 if TYPE_CHECKING:  # pragma: no cover
     from rewriter.targets import GraphCheck, OpStatus
 
-__all__ = ["MAX_ROUNDS", "Fix", "Plan", "PlanTarget", "Unfixable", "apply", "choose_rules", "plan",
+__all__ = ["MAX_ROUNDS", "ON_PURPOSE", "Fix", "Plan", "PlanTarget", "Unfixable", "apply", "choose_rules", "plan",
            "plan_and_apply"]
 
 
@@ -138,16 +141,23 @@ class Plan:
                 "unfixable": [u.to_json() for u in self.unfixable]}
 
 
+#: The reason of a fix planned for a node the target runs (``approximate``).
+ON_PURPOSE = ("replaced on purpose (--accuracy): the target runs it, less accurately here than "
+              "the rule's stated bound")
+
+
 def plan(model: Model, target: PlanTarget, quantize: str, exact_only: bool = False,
-         exclude: frozenset[str] | set[str] = frozenset()) -> Plan:
+         exclude: frozenset[str] | set[str] = frozenset(),
+         approximate: frozenset[str] | set[str] = frozenset()) -> Plan:
     """Pick, for each op type the target lacks, the best rule the target can run.
 
     What the target lacks comes from ``target.check_graph`` (node level, so attribute limits
     such as Vela's depth-reduction MEAN count). Whether a rule's ``emits`` are runnable is asked
     per op type. Rules named in ``exclude`` are not considered (rules tried in an earlier round,
-    see :func:`plan_and_apply`).
+    see :func:`plan_and_apply`). Nodes named in ``approximate`` count as lacking (module
+    docstring).
     """
-    lacking = _unsupported(model, target, quantize)
+    lacking = _unsupported(model, target, quantize, approximate)
     cache: dict[str, bool] = {}
     fixes: list[Fix] = []
     unfixable: list[Unfixable] = []
@@ -244,13 +254,17 @@ class _Matcher:
         return self._covered[rule.name], self._found[rule.name]
 
 
-def _unsupported(model: Model, target: PlanTarget, quantize: str
+def _unsupported(model: Model, target: PlanTarget, quantize: str,
+                 approximate: frozenset[str] | set[str] = frozenset()
                  ) -> dict[str, tuple[int, str | None, list[str]]]:
-    """{TF op type: (unsupported node count, first reason, node names)} in graph order."""
+    """{TF op type: (unsupported node count, first reason, node names)} in graph order; the
+    nodes in ``approximate`` count too, with reason :data:`ON_PURPOSE`."""
     out: dict[str, tuple[int, str | None, list[str]]] = {}
     for v in target.check_graph(model, quantize).verdicts:
-        if not v.supported and v.op not in PLUMBING_OPS:
-            count, reason, nodes = out.get(v.op, (0, v.reason, []))
+        on_purpose = v.supported and v.node in approximate
+        if (not v.supported or on_purpose) and v.op not in PLUMBING_OPS:
+            count, reason, nodes = out.get(v.op, (0, ON_PURPOSE if on_purpose else v.reason,
+                                                  []))
             out[v.op] = (count + 1, reason, [*nodes, v.node])
     return out
 
@@ -332,7 +346,9 @@ MAX_ROUNDS = 4
 
 def plan_and_apply(model: Model, target: PlanTarget, quantize: str, exact_only: bool = False,
                    exclude: frozenset[str] | set[str] = frozenset(),
-                   data: Samples | None = None) -> tuple[Plan, RewriteResult]:
+                   data: Samples | None = None,
+                   approximate: frozenset[str] | set[str] = frozenset()
+                   ) -> tuple[Plan, RewriteResult]:
     """Plan, apply, and re-check until the target lacks nothing a rule not yet tried can fix.
 
     The first round runs the best rules (exact first). An op still unsupported afterwards is
@@ -341,6 +357,7 @@ def plan_and_apply(model: Model, target: PlanTarget, quantize: str, exact_only: 
     GELU, so the next round reaches the GELU rules. The returned plan lists the rules that
     fired, in order, with the fixes of every round and the ops that stayed unfixable. ``data``:
     the calibration samples, for rules fitted on the observed range of their input.
+    ``approximate``: nodes the target runs, planned on purpose (:func:`plan`).
     """
     tried = set(exclude)
     current = model
@@ -351,7 +368,7 @@ def plan_and_apply(model: Model, target: PlanTarget, quantize: str, exact_only: 
     iterations = 0
     first: Plan | None = None
     for round_no in range(1, MAX_ROUNDS + 1):
-        p = plan(current, target, quantize, exact_only, exclude=tried)
+        p = plan(current, target, quantize, exact_only, exclude=tried, approximate=approximate)
         first = first or p
         if p.empty:
             break
@@ -374,7 +391,7 @@ def plan_and_apply(model: Model, target: PlanTarget, quantize: str, exact_only: 
         iterations += res.iterations
         tried.update(p.rules)
         current = res.model
-    final = plan(current, target, quantize, exact_only, exclude=tried)
+    final = plan(current, target, quantize, exact_only, exclude=tried, approximate=approximate)
     order = list(dict.fromkeys(a.rule for a in applied))
     result = RewriteResult(current, applied, rejected, iterations, passes_run)
     assert first is not None
