@@ -31,8 +31,8 @@ from rewriter.rules.base import Applied, Bound, Match, Reject, Rule
 if TYPE_CHECKING:  # pragma: no cover
     from rewriter.targets import GraphCheck, OpStatus
 
-__all__ = ["MAX_ROUNDS", "ON_PURPOSE", "Fix", "Plan", "PlanTarget", "Unfixable", "apply", "choose_rules", "plan",
-           "plan_and_apply"]
+__all__ = ["MAX_ROUNDS", "ON_PURPOSE", "Fix", "Plan", "PlanTarget", "Unfixable", "apply",
+           "choose_rules", "plan", "plan_and_apply"]
 
 
 class PlanTarget(Protocol):
