@@ -16,6 +16,7 @@ the -0.0 prologue folded, as ONNX has no Bitcast/BitwiseAnd): every index equal.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -177,8 +178,10 @@ def test_recover_distils_the_logits_and_keeps_only_a_better_index_map(argmax_mod
     report = json.loads((out / "report.json").read_text())
     rec = report["recover"]
     assert code == 0 and report["ok"], report["summary"]
-    assert ("the integer output argmax distilled on the tensor its arg-max reads, "
-            "functional_1/conv2d_1/BiasAdd:0 (an index has no gradient)") in rec["notes"]
+    # Keras numbers scopes per process (functional_1_1/conv2d_2_1 after other models): a pattern
+    assert any(re.fullmatch(r"the integer output argmax distilled on the tensor its arg-max "
+                            r"reads, functional_\d+(_\d+)?/conv2d_\d+(_\d+)?/BiasAdd:0 "
+                            r"\(an index has no gradient\)", n) for n in rec["notes"]), rec["notes"]
     dec = rec["decision"]
     assert dec["measure"] == "index agreement" and dec["samples"] == 8
     assert dec["before"] == rec["before"]["argmax"]["index_agreement"] == 511 / 512
