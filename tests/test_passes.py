@@ -47,7 +47,33 @@ def test_planner_falls_back_to_the_fitted_ramps_without_exp_and_targets_the_elu_
     p = plan(model, toy_target(RAMPS - {"Exp"}), "int8")
     assert p.rules == ["elementwise_ramps"]
     assert p.fixes[0].exact is False and p.fixes[0].bound.max_abs_error > 0
-    assert p.focus == [n.name for n in model.graph_def.node if n.op == "Elu"]
+    assert p.focus == {n.name: "Elu" for n in model.graph_def.node if n.op == "Elu"}
+
+
+def test_a_node_an_exact_rule_fixed_is_no_longer_a_start_for_the_generic_ramps():
+    """neg_as_mul turns the unsupported Neg into a MUL of the same name; the ramps, planned for
+    the Sqrt in the same round, must not then approximate that MUL (they did: Basic Pitch's CQT
+    got 9 exact negations refitted as 300-ramp convolutions, and its x**2 a 0.018 error)."""
+    from rewriter.rewrite.planner import plan_and_apply
+
+    model = model_from_function(
+        lambda x: tf.sqrt(tf.nn.relu(tf.reduce_sum(-x, axis=-1, keepdims=True)) + 1.0),
+        [(1, 4, 4, 2)])
+    rng = np.random.default_rng(0)
+    data = [{"x0": rng.normal(size=(1, 4, 4, 2)).astype("f4")} for _ in range(4)]
+    target = toy_target(RAMPS | {"Sum"})  # no Neg, no Sqrt
+    the_plan, result = plan_and_apply(model, target, "int8", data=data)
+    assert {f.op: f.rule for f in the_plan.fixes} == {"Neg": "neg_as_mul",
+                                                      "Sqrt": "elementwise_ramps"}
+    neg = next(n.name for n in model.graph_def.node if n.op == "Neg")
+    sqrt = next(n.name for n in model.graph_def.node if n.op == "Sqrt")
+    ramps = [a for a in result.applied if a.rule == "elementwise_ramps"]
+    assert [a.root for a in result.applied if a.rule == "neg_as_mul"] == [neg]
+    assert len(ramps) == 1 and sqrt in ramps[0].matched and neg not in ramps[0].matched
+    x = data[0]["x0"]
+    got = result.model.run({"x0": x})
+    want = model.run({"x0": x})
+    assert np.allclose(list(got.values())[0], list(want.values())[0], atol=0.01)
 
 
 def test_without_a_target_that_lacks_conv_or_relu6_the_ramps_cannot_be_planned():

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rewriter.errors import RuleError
-from rewriter.ir.graph import GraphIndex, parse_input
+from rewriter.ir.graph import GraphIndex, NodeDef, parse_input
 from rewriter.ir.model import Model
 from rewriter.rules import get_rule
 from rewriter.rules.base import Applied, Match, Reject, Rule
@@ -101,6 +101,29 @@ class Tracer:
 
 
 # ----------------------------------------------------------------------------- passes
+def as_focus(focus: Mapping[str, str | None] | Iterable[str] | None
+             ) -> dict[str, str | None] | None:
+    """``focus`` as {node name: op it had when found unsupported, or None for any op}."""
+    if focus is None:
+        return None
+    if isinstance(focus, Mapping):
+        return dict(focus)
+    return dict.fromkeys(focus)
+
+
+def in_focus(focus: Mapping[str, str | None] | None, node: NodeDef) -> bool:
+    """Whether a ``targeted`` rule may start from ``node``: no focus, or the node is a focus node
+    that still has the op it was found unsupported with. A rule that fixed the node earlier in
+    the same round (``neg_as_mul`` turning the unsupported ``Neg_8`` into a MUL named ``Neg_8``)
+    changed its op, so a generic rule does not approximate what is already fixed."""
+    if focus is None:
+        return True
+    if node.name not in focus:
+        return False
+    op = focus[node.name]
+    return op is None or op == node.op
+
+
 class Pass(Protocol):
     """Anything with a ``name`` and ``run(g, protected, tracer) -> PassResult``."""
 
@@ -114,11 +137,12 @@ class RulePass:
     """Apply ``rules`` in one sweep over the graph; the first rule that matches a node wins."""
 
     def __init__(self, rules: Sequence[Rule], name: str | None = None,
-                 focus: Iterable[str] | None = None) -> None:
+                 focus: Mapping[str, str | None] | Iterable[str] | None = None) -> None:
         self.rules = list(rules)
         self.name = name or "+".join(r.name for r in self.rules)
-        #: Nodes a ``targeted`` rule may start from (None: every anchor node).
-        self.focus = None if focus is None else frozenset(focus)
+        #: Nodes a ``targeted`` rule may start from (None: every anchor node), each with the op
+        #: it had when found unsupported (None: any op).
+        self.focus = as_focus(focus)
         self._by_op: dict[str, list[Rule]] = {}
         for rule in self.rules:
             for op in rule.anchors:
@@ -133,7 +157,7 @@ class RulePass:
             if node is None:
                 continue
             for rule in self._by_op.get(node.op, ()):
-                if rule.targeted and self.focus is not None and name not in self.focus:
+                if rule.targeted and not in_focus(self.focus, node):
                     continue
                 m = _match_one(g, rule, node, self.name)
                 if isinstance(m, Reject):
@@ -303,15 +327,17 @@ def _note(applied: list[Applied]) -> str | None:
 def apply_rules(model: Model, rules: Iterable[Rule | str], one_pass_each: bool = True,
                 max_iterations: int = DEFAULT_MAX_ITERATIONS,
                 import_with_tf: bool = False, data: Samples | None = None,
-                focus: Iterable[str] | None = None) -> RewriteResult:
+                focus: Mapping[str, str | None] | Iterable[str] | None = None
+                ) -> RewriteResult:
     """Apply ``rules`` (objects or names) to ``model``, one pass per rule in the given order.
 
     ``data`` (feed dicts keyed by input name, the calibration samples) is what rules fitted on
     the observed range of a tensor measure it on; without it they refuse with that reason.
-    ``focus``: the only nodes ``targeted`` rules start from (the plan's unsupported nodes).
+    ``focus``: the only nodes ``targeted`` rules start from (the plan's unsupported nodes), as
+    names or as {name: the op it was found unsupported with} (:func:`in_focus`).
     """
     objs = [get_rule(r) if isinstance(r, str) else r for r in rules]
-    focus = None if focus is None else list(focus)
+    focus = as_focus(focus)
     passes = ([RulePass([r], focus=focus) for r in objs] if one_pass_each
               else [RulePass(objs, focus=focus)])
     return PassManager(passes, max_iterations, import_with_tf, data).run(model)

@@ -110,8 +110,9 @@ class Plan:
     rules: list[str]
     fixes: list[Fix]
     unfixable: list[Unfixable]
-    #: The unsupported nodes, where ``targeted`` rules may start.
-    focus: list[str] = field(default_factory=list)
+    #: The unsupported nodes, where ``targeted`` rules may start: {node name: its TF op}
+    #: (a node another rule has already turned into another op is no longer a start).
+    focus: dict[str, str] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -179,7 +180,7 @@ def plan(model: Model, target: PlanTarget, quantize: str, exact_only: bool = Fal
         chosen.extend(r.name for r in rules if r.name not in chosen)
     ordered = sorted((r for r in all_rules() if r.name in chosen),
                      key=lambda r: (r.order, r.sort_key()))
-    focus = [n for op in lacking for n in lacking[op][2]]
+    focus = {n: op for op in lacking for n in lacking[op][2]}
     return Plan(target.name, quantize, exact_only,
                 [r.name for r in ordered], fixes, unfixable, focus)
 
