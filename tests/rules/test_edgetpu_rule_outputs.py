@@ -57,6 +57,7 @@ SAMPLES: dict[str, tuple[Callable[[], Any], tuple[float, float], int]] = {
     "abs_relu_sum": (_fn(tf.abs), (-3.0, 3.0), 0),
     "neg_as_mul": (_fn(lambda x: tf.nn.relu(x) - tf.negative(x)), (-3.0, 3.0), 0),
     "square_as_mul": (_fn(tf.square), (-3.0, 3.0), 0),
+    "square_of_sqrt": (_fn(lambda x: tf.square(tf.sqrt(tf.nn.relu(x)))), (-3.0, 3.0), 0),
     "div_reciprocal_ramps": (_fn(lambda x: tf.math.divide_no_nan(
         x, tf.reduce_max(x, axis=[1, 2, 3], keepdims=True) + 1.5)), (-1.0, 1.0), 0),
     "concat_split": (_fn(lambda x: tf.concat([x * (i + 1.0) for i in range(12)], -1)),
