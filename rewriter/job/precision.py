@@ -201,7 +201,7 @@ def precision_plan(ctx: Any, artifact_path: Path, saved_model: str, applied: Any
             path.write_bytes(data)
             return _cost(target, path)
 
-        mq = MixedQuantizer(flt, cal)
+        mq = MixedQuantizer(flt, cal, int16_reduce_max=target.int16_kernel("REDUCE_MAX"))
         try:
             whole = {}
             if not target.no_16x8() and all(target.int16_kernel(op.op) for op in mq.ops):

@@ -20,9 +20,10 @@ quantizer's own key, from Model Explorer); a recipe entry matches exactly that s
 
 from __future__ import annotations
 
+import copy
 import re
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,10 +102,11 @@ class MixedQuantizer:
     """Quantise one float ``.tflite`` under many plans; calibrated once.
 
     ``calibration``: samples keyed by the float file's signature input names.
+    ``int16_reduce_max``: the target runs REDUCE_MAX on int16 (:func:`integer_reduce_max`).
     """
 
     def __init__(self, float_tflite: bytes, calibration: Sequence[Mapping[str, np.ndarray]],
-                 signature: str = "serving_default") -> None:
+                 signature: str = "serving_default", int16_reduce_max: bool = False) -> None:
         from ai_edge_quantizer import calibrator, quantizer
         from ai_edge_quantizer.utils import qsv_utils
 
@@ -112,6 +114,7 @@ class MixedQuantizer:
         self.float_path = Path(self._tmp.name) / "float.tflite"
         self.float_path.write_bytes(float_tflite)
         self.ops = ops_of(float_tflite)
+        self.int16_reduce_max = int16_reduce_max
         self._q = quantizer.Quantizer(str(self.float_path))
         self._q.load_quantization_recipe(recipe({}))
         # Min/max over every sample, as the TFLite converter calibrates (the quantizer's default
@@ -126,8 +129,9 @@ class MixedQuantizer:
     def build(self, precisions: Mapping[str, str], inline: bool = True) -> bytes:
         """The ``.tflite`` of a plan: ``precisions`` maps op scopes to ``16x8``/``float``; every
         other op int8 (int8 input/output). Its constants are inside the flatbuffer
-        (:func:`inline_buffers`), so TFLite Micro runs it; ``inline=False`` gives the quantizer's
-        own bytes (large buffers stored by offset), for diagnosis."""
+        (:func:`inline_buffers`), so TFLite Micro runs it, and a REDUCE_MAX the quantizer left
+        float is integer (:func:`integer_reduce_max`); ``inline=False`` gives the quantizer's
+        own bytes (large buffers stored by offset, REDUCE_MAX float), for diagnosis."""
         self._q.load_quantization_recipe(recipe(precisions))
         import contextlib
         import sys
@@ -135,10 +139,74 @@ class MixedQuantizer:
         # the quantizer prints its model sizes on stdout, which --json keeps for the report
         with contextlib.redirect_stdout(sys.stderr):
             data = bytes(self._q.quantize(self._stats).quantized_model)
-        return inline_buffers(data) if inline else data
+        if not inline:
+            return data
+        return integer_reduce_max(inline_buffers(data),
+                                  {s for s, p in precisions.items() if p == "float"},
+                                  self.int16_reduce_max)
 
     def close(self) -> None:
         self._tmp.cleanup()
+
+
+def integer_reduce_max(data: bytes, keep: Collection[str] = (), int16: bool = False) -> bytes:
+    """The file with each float REDUCE_MAX the quantizer left between a DEQUANTIZE and QUANTIZEs
+    made integer: REDUCE_MAX reads the DEQUANTIZE's integer input, writes a tensor with that
+    input's type and quantisation, and the QUANTIZEs requantise it (the DEQUANTIZE goes when
+    nothing else reads it); ``data`` itself when there is none. ``keep``: scopes the plan put in
+    float, left alone. An int16 input (its producer in 16x8) is read as int16 only when ``int16``
+    (the target has an int16 REDUCE_MAX: Vela does, TFLite Micro's takes float32 and int8 only);
+    else the REDUCE_MAX stays float.
+
+    Why. The AI Edge Quantizer (0.10.0) has no REDUCE_MAX in its policy: every plan leaves it
+    float with a DEQUANTIZE before it and a QUANTIZE after, 3 CPU ops under Vela (Basic Pitch's
+    ``normalized_log/Max``: every plan of ``--accuracy`` had ``cpu_ops 3`` and none could be
+    delivered on Ethos-U, whose own int8 file runs REDUCE_MAX on the NPU). Exact: dequantising
+    is monotone increasing (scale > 0), so the max of the integers dequantises to the max of the
+    dequantised values; only the QUANTIZE's requantisation (integer instead of float arithmetic)
+    may round one step apart."""
+    from ai_edge_quantizer.utils import tfl_flatbuffer_utils as fu
+    from tensorflow.lite.python import schema_py_generated as fb
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(data))
+    sub = model.subgraphs[0]
+
+    def code(op: Any) -> int:
+        c = model.operatorCodes[op.opcodeIndex]
+        return max(int(c.builtinCode), int(c.deprecatedBuiltinCode))
+
+    made_by = {t: op for op in sub.operators for t in op.outputs}
+    readers: dict[int, list[Any]] = {}
+    for op in sub.operators:
+        for t in op.inputs:
+            readers.setdefault(t, []).append(op)
+    graph_io = set(sub.inputs) | set(sub.outputs)
+    drop, changed = [], False
+    for op in sub.operators:
+        if code(op) != fb.BuiltinOperator.REDUCE_MAX or fu.get_op_scope(op, sub.tensors) in keep:
+            continue
+        src, out = op.inputs[0], op.outputs[0]
+        deq = made_by.get(src)
+        if (deq is None or code(deq) != fb.BuiltinOperator.DEQUANTIZE
+                or sub.tensors[out].type != fb.TensorType.FLOAT32 or out in graph_io
+                or not all(code(r) == fb.BuiltinOperator.QUANTIZE for r in readers.get(out, []))):
+            continue
+        a = deq.inputs[0]
+        if sub.tensors[a].type not in ((fb.TensorType.INT8, fb.TensorType.INT16) if int16
+                                       else (fb.TensorType.INT8,)):
+            continue
+        t = sub.tensors[out]
+        t.type = sub.tensors[a].type
+        t.quantization = copy.deepcopy(sub.tensors[a].quantization)
+        op.inputs[0] = a
+        changed = True
+        if all(r is op for r in readers.get(src, [])) and src not in graph_io:
+            drop.append(deq)
+    if not changed:
+        return data
+    sub.operators = [op for op in sub.operators if all(op is not d for d in drop)]
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 
 #: Alignment of constant data in the flatbuffer (the schema's ``force_align: 16`` on
