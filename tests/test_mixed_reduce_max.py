@@ -80,3 +80,18 @@ def test_the_plan_compiles_for_ethos_u55_all_on_the_npu(max_model):
     path.write_bytes(mq.build({}))
     v = run_vela(path, "ethos-u55-128")
     assert v.cpu_ops == 0 and v.npu_ops >= 3, v.stdout[-500:]
+
+
+def test_a_met_plan_not_delivered_says_why():
+    """The Basic Pitch job's line said ``met`` and the job ended 1 with no reason given."""
+    from rewriter.job.precision import PrecisionPlan
+    from rewriter.tune.plan_search import SearchResult, Trial
+
+    cost = {"size_kib": 223.0, "vela_ms": 217.515, "sram_kib": 12507.6, "cpu_ops": 3}
+    int8 = Trial((), {"onset": 0.9898}, dict(cost, cpu_ops=3))
+    best = Trial(("a;",) * 107, {"onset": 0.9921}, cost)
+    result = SearchResult(0.99, True, best, int8, [int8, best], [])
+    line = PrecisionPlan(0.99, result, False, {"cpu_ops": 0}, cost).describe()
+    assert "met with 107" in line and "not delivered: Vela runs 3 of its ops on the CPU" in line
+    delivered = PrecisionPlan(0.99, result, True, {"cpu_ops": 0}, dict(cost, cpu_ops=0))
+    assert "not delivered" not in delivered.describe()

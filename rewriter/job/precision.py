@@ -79,6 +79,10 @@ class PrecisionPlan:
         cost = ", ".join(f"{k} {self.int8_file.get(k)} -> {v}" for k, v in self.plan_file.items()
                          if k in ("vela_ms", "sram_kib", "size_kib", "cpu_ops"))
         tail = "" if r.met else f"; would reach it: {'; '.join(self.needs) or 'nothing tried'}"
+        if r.met and not self.delivered and self.recover is None:
+            cpu = self.plan_file.get("cpu_ops") or 0
+            tail += ("; not delivered: " + (f"Vela runs {cpu} of its ops on the CPU" if cpu else
+                                            "no better than the int8 file"))
         if self.recover is not None:
             rec = self.recover
             tail += ("; then --recover, the search's last move: "
