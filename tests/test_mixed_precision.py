@@ -275,6 +275,15 @@ def test_accuracy_job_delivers_the_plan_int8_cannot_reach(cli, tmp_path, target,
     assert min(prec["plan"]["accuracy"].values()) >= 0.999
     assert prec["plan_file"].get("cpu_ops", 0) == 0
     assert code == 0, stdout[-2000:]
+    # the report's ops and Vela figures are the delivered plan's, not the int8 file's
+    assert report["artifact_ops"].count("QUANTIZE") >= 1
+    assert report["unsupported_after"] == []  # its int16 -> int8 QUANTIZE is no float island
+    if target.startswith("ethos-u"):
+        from rewriter.targets.vela import run_vela
+
+        v = run_vela(out / "model.tflite", target)
+        assert (report["vela"]["npu_ops"], report["vela"]["summary"]["sram_memory_used"]) == (
+            v.npu_ops, v.csv["sram_memory_used"])
     kinds = tensor_dtypes((out / "model.tflite").read_bytes())
     assert kinds.get("int16", 0) >= 1 and "float32" not in kinds
 
@@ -309,3 +318,19 @@ def test_accuracy_without_an_int8_tflite_is_bad_input(cli, tmp_path, starved_ker
                        "-o", tmp_path / "out")
     assert code == 2 and "error: --accuracy searches int8/16x8 plans" in err, err
     assert not (tmp_path / "out" / "model.onnx").exists()
+
+
+def test_a_plans_int16_to_int8_quantize_is_no_float_island_in_the_table_check(starved):
+    """The table check named the plan's int16 -> int8 QUANTIZE a float island on tflm (it looked
+    only at the two dtypes differing), once the delivered plan was judged (job/stages.rejudge)."""
+    from rewriter.targets.registry import load_target
+
+    mq, cal, held, ref, tmp = starved
+    path = tmp / "check_in.tflite"
+    path.write_bytes(mq.build(_pair(mq)))
+    assert tensor_dtypes(path.read_bytes()).get("int16", 0) >= 1
+    for name in ("tflm", "ethos-u55-128"):
+        assert load_target(name).check_artifact(str(path)).unsupported_summary() == [], name
+    path.write_bytes(mq.build({next(op.scope for op in mq.ops if "wide" in op.scope): "float"}))
+    found = load_target("tflm").check_artifact(str(path)).unsupported_summary()
+    assert [u["op"] for u in found] and "float island" in found[0]["reason"], found

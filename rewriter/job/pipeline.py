@@ -39,6 +39,7 @@ from rewriter.job.stages import (
     job_data,
     no_progress,
     promote,
+    rejudge,
     run_artifact,
 )
 from rewriter.rewrite.passes import RewriteResult
@@ -153,6 +154,8 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
                                         _policy(opts))
         if run is not None:
             attempt.artifact = run
+            attempt.deployment = rejudge(target, attempt.deployment, steps, opts.run_vela,
+                                         ctx.outdir)
         why = (None if precision.met or recovery is not None
                else cannot_distil(ctx.model, attempt.rewrite.model))
         if why is not None:

@@ -399,6 +399,30 @@ def deploy(model: Model, target: Target, quantize: str, path: Path, steps: Steps
     return Deployment(exported, verdict)
 
 
+def rejudge(target: Target, deployment: Deployment, steps: Steps, vela: bool = True,
+            vela_outdir: Path | None = None) -> Deployment:
+    """The deployment of the file at its path judged again, after its bytes were replaced in
+    place (``--accuracy``'s plan over the int8 file): its ops, the table check and Vela describe
+    the file delivered, not the one it replaced."""
+    import dataclasses
+
+    from rewriter.export.tflite import tflite_ops
+
+    exported, path = deployment.exported, Path(deployment.exported.path)
+    result = exported.result
+    if result is not None and result.format == "tflite":
+        data = path.read_bytes()
+        ops, float_ops, io = tflite_ops(data)
+        result = dataclasses.replace(result, size=len(data), ops=ops, io=io, float_ops=float_ops)
+        exported = dataclasses.replace(exported, result=result)
+    with steps("check_plan", "checking the delivered plan against the table"):
+        verdict = check_artifact(target, path)
+    if vela and target.vela_config:
+        with steps("vela_plan", f"compiling the delivered plan with Vela ({target.vela_config})"):
+            verdict = vela_stage(verdict, target, path, vela_outdir)
+    return Deployment(exported, verdict)
+
+
 def promote(candidate: Path, outdir: Path, deployment: Deployment) -> Deployment:
     """Move every file of a deployment delivered into ``candidate`` (a directory inside
     ``outdir``) over ``outdir``'s files of the same names, remove ``candidate``, and return the

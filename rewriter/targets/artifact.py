@@ -127,6 +127,8 @@ def _mark_float_islands(sg: Any, ops: list[OpFacts]) -> None:
     for i, (f, op) in enumerate(zip(ops, sg.operators, strict=True)):
         if f.boundary or f.op not in ("QUANTIZE", "DEQUANTIZE") or f.out_dtype == f.dtype:
             continue
+        if not any(str(d).startswith("float") for d in (f.dtype, f.out_dtype)):
+            continue  # an integer requantisation (int16 <-> int8 in a mixed plan): no float
         if f.op == "DEQUANTIZE":
             near = [j for t in op.outputs for j in consumers.get(int(t), [])]
         else:
