@@ -98,6 +98,26 @@ def test_inf_in_calibration_data_is_exit_2(cli, small, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_corrupt_checkpoint_data_is_exit_2_not_a_bug(samples, tmp_path):
+    """A checkpoint whose data file fails TensorFlow's checksum (DataLossError) is a corrupt
+    input: exit 2 saying so (the slow fuzz found `rewrite inspect` calling it an internal
+    error)."""
+    import shutil
+
+    src = samples["checkpoint"]
+    for f in src.parent.glob(src.name + ".*"):
+        shutil.copy(f, tmp_path / f.name)
+    data = next(tmp_path.glob(src.name + ".data-*"))
+    buf = bytearray(data.read_bytes())
+    for i in range(0, len(buf), max(1, len(buf) // 16)):
+        buf[i] ^= 0x5A
+    data.write_bytes(bytes(buf))
+    r = _rewrite("inspect", tmp_path / src.name)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("error: ") and "internal error" not in r.stderr
+    assert "Traceback" not in r.stderr
+
+
 def test_huge_input_shape_is_exit_2_even_in_inspect(tmp_path):
     """It used to kill `rewrite inspect` with SIGSEGV (Grappler freezing at that shape)."""
     import keras

@@ -102,7 +102,7 @@ def _freeze(graph_def: GraphDef, prefix: str, keys: dict[str, tuple[str, str]], 
             raise UserError(f"{prefix}: variable {var!r} of the graph is not in the checkpoint"
                             f"{' (similar keys: ' + ', '.join(close) + ')' if close else ''}; "
                             "is this the checkpoint the .meta was saved with?")
-        value = _slice(reader.get_tensor(key), spec)
+        value = _slice(_read(reader, key, prefix), spec)
         node.CopyFrom(make_const(node.name, np.asarray(value)))
         count += 1
     handles = [n.name for n in graph_def.node if n.op == "VarHandleOp"]
@@ -235,3 +235,16 @@ def _infer_outputs(meta_def: Any, meta: str) -> list[str]:
     raise UserError(f"{meta}: cannot tell the model's outputs: {len(sinks)} candidates, nearest "
                     f"the end first: {shown}; choose with --outputs {sinks[0]} (several: "
                     f"--outputs {','.join(sinks[:2])})")
+
+
+def _read(reader: Any, key: str, prefix: Any) -> np.ndarray:
+    """``reader.get_tensor(key)``; a data file that fails its checksum or cannot be parsed is a
+    corrupt input (exit 2), not a bug (TF raises a bare OpError for it)."""
+    import tensorflow as tf
+
+    try:
+        return reader.get_tensor(key)
+    except tf.errors.OpError as exc:
+        raise UserError(f"{prefix}: cannot read variable {key!r}: {first_line(exc)}; the "
+                        "checkpoint's data file is corrupt or not the one its .index was "
+                        "written with (copy it again from its source)") from None
