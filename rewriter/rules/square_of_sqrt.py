@@ -10,8 +10,8 @@ to float32 rounding of the two roundings removed (at most 2 ulp); where ``x < 0`
 NaN. Layout ops between the two (Transpose, Reshape, Identity, ExpandDims, Squeeze) are applied
 to ``x`` instead, in the same order. Exact.
 
-Matched only when nothing else reads the square root (a consumer that only asks its ``Shape``
-is rewired to ``x``, which has the same shape).
+Matched only when nothing else reads the square root or the layout ops (a consumer that only
+asks a shape, ``Shape``/``Size``/``Rank``, reads the replacement instead: same shape).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class SquareOfSqrt(FloatRule):
     name = "square_of_sqrt"
     anchors = frozenset({"Square", "Pow"})
     fixes = frozenset({"Square", "Pow", "Sqrt"})
-    emits = frozenset()
+    emits = frozenset({"Transpose", "Reshape"})  # the layout ops it re-applies to x, if any
     exact = True
     order = 110  # before square_as_mul (120), which would take the square alone
     family = "square_of_sqrt"
@@ -57,17 +57,17 @@ class SquareOfSqrt(FloatRule):
         return Match(root=node, nodes=[prev, *chain, node], inputs={"x": prev.input[0]},
                      extra={"sqrt": prev, "chain": chain})
 
-    def check(self, g: GraphIndex, m: Match) -> Reject | None:
-        reject = super().check(g, m)
-        if reject is not None:
-            return reject
-        inner = [m.extra["sqrt"], *m.extra["chain"]]
-        for node, nxt in zip(inner, [*m.extra["chain"], m.root], strict=True):
-            others = [c for c in g.consumers(node.name) if c.name != nxt.name]
-            data = [c for c in others if c.op not in SHAPE_ONLY]
-            if data:
-                return Reject(f"{node.name} is also read by {data[0].name} ({data[0].op}): "
-                              "the square root is still needed", m.root.name)
+    def _safe_to_replace(self, g: GraphIndex, m: Match) -> Reject | None:
+        """The generic check, except that a reader of only the shape of the square root or of a
+        layout op (a ``Shape`` the target runs, so nothing folded it) is allowed: :meth:`rewrite`
+        points it at the replacement, which has the same shape."""
+        inside = {n.name for n in m.nodes}
+        for node in m.nodes[:-1]:  # the square root and the layout ops (the root is last)
+            for user in g.consumers(node.name):
+                if user.name not in inside and user.op not in SHAPE_ONLY:
+                    return Reject(f"{node.op} {node.name} is also read by {user.name}, "
+                                  "outside the pattern: the square root is still needed",
+                                  node.name)
         return None
 
     def rewrite(self, g: GraphIndex, m: Match, b: Builder) -> str:
