@@ -183,7 +183,7 @@ def fit_ramps(fn: UnaryFunction, lo: float, hi: float, max_segments: int = MAX_S
     kinks, jump_knots, jumps = _features(residual, xs, res)
     fixed = np.array(sorted(kinks + jump_knots))
     if fixed.size:  # the grid gets the exact kink and jump points, which must be knots
-        xs = np.union1d(xs, fixed)
+        xs = _without_jump_interiors(np.union1d(xs, fixed), jump_knots)
         res = residual(xs)
     mandatory = set(np.searchsorted(xs, fixed).tolist())
     for _ in range(40):
@@ -212,7 +212,13 @@ def fit_ramps(fn: UnaryFunction, lo: float, hi: float, max_segments: int = MAX_S
                    jumps=tuple(jumps))
 
 
-#: Half-width of the ramp that replaces a jump, relative to the fitted range's width.
+#: Half-width of the ramp that replaces a jump, relative to the fitted range's width. One ramp
+#: crosses each jump (nothing of the grid inside it), so its int8 CONV_2D channel is requantised
+#: by about R / (127 * 2 * JUMP_WIDTH * 1.2 R) = 3.3e3 (2^12), below 2^15: the accumulator
+#: (|acc| <= 127 * 255 < 2^15) shifted left by it stays in int32. Measured on ``threshold``
+#: (tests/rules/test_elementwise_ramps.py): multiplier 2^15 int8 error 0.016 away from the jump
+#: in LiteRT and TFLite Micro, 2^18 both 0.52; 2^35 and above LiteRT 0.52 and Vela puts the
+#: CONV_2D on the CPU.
 JUMP_WIDTH = 1e-6
 #: A first (second) difference this many times its neighbours' is a jump (kink).
 _SPIKE = 8.0
@@ -223,7 +229,8 @@ def _features(r: Callable[[np.ndarray], np.ndarray], xs: np.ndarray, ys: np.ndar
     """Exact kinks and jumps of ``r`` on the grid: (kink positions, jump-ramp knots, jump
     sizes). A kink is located where the straight pieces on either side meet (so a
     piecewise-linear function gets a knot exactly on each kink and is fitted exactly); a jump
-    by bisection, and crossed by a ramp of half-width :data:`JUMP_WIDTH` of the range."""
+    by bisection, and crossed by one ramp of half-width :data:`JUMP_WIDTH` of the range (the
+    caller drops the grid points inside it: :func:`_without_jump_interiors`)."""
     span = float(np.ptp(ys)) or 1.0
     d1 = np.diff(ys)
     d2 = np.diff(d1)
@@ -256,6 +263,18 @@ def _features(r: Callable[[np.ndarray], np.ndarray], xs: np.ndarray, ys: np.ndar
         if abs(r(np.array([xk]))[0] - (y1 + m1 * (xk - x1))) < 1e-5 * span:
             kinks.append(xk)
     return kinks, knots, sizes
+
+
+def _without_jump_interiors(xs: np.ndarray, jump_knots: list[float]) -> np.ndarray:
+    """``xs`` without its points strictly inside a jump's crossing ``(x_j - d, x_j + d)``, so
+    the crossing is one segment, one ramp of width ``2 d`` (:data:`JUMP_WIDTH` of the range):
+    the grid refined where ``f`` is steep (:func:`_refine`) bisects a jump to points 1e-16 apart,
+    and a segment between them (slope 5e16) needs an int8 requantisation multiplier of 2^49, which
+    LiteRT's kernels and Vela do not take (``hard_shrink``: cosine 0.892, one op on the CPU)."""
+    keep = np.ones(len(xs), bool)
+    for a, b in zip(jump_knots[::2], jump_knots[1::2], strict=True):
+        keep &= (xs <= a) | (xs >= b)
+    return xs[keep]
 
 
 def _bisect_jump(r: Callable[[np.ndarray], np.ndarray], a: float, b: float) -> float:

@@ -10,8 +10,9 @@ and TFLite Micro all run in int8. Approximate: each application states its bound
 ``|fit - f|`` over the fitted range (the observed range widened by 10%), e.g. "14 ramps fitted
 to Greater/Exp/Mul/SelectV2 on [-3.2, 4.1], the range of conv/BiasAdd:0 over 32 calibration
 samples: max abs error 3.1e-3". A discontinuous function (``threshold``, ``hard_shrink``) is
-fitted with a ramp one grid step wide at each jump, so its bound is about the jump itself,
-met only by inputs within that step of the threshold.
+fitted with one ramp 2e-6 of the fitted range wide across each jump (``_unary.JUMP_WIDTH``), so
+its bound is about the jump itself, met only by inputs within that width of the threshold; the
+ramp's int8 requantisation multiplier is about 3.3e3, below the 2^15 the kernels take.
 
 The rule is *targeted*: it starts only from the nodes the plan found unsupported, since every
 elementwise op would otherwise be a candidate. Exact rules for the same ops come first.

@@ -240,3 +240,89 @@ def test_a_smooth_function_keeps_its_bound_and_the_usual_margin():
     fit = fit_ramps(fn, 2.0, 5.0)
     assert fit.fit_range == pytest.approx((1.7, 5.3))
     assert _worst(fit, fn) <= fit.max_abs_error < 1e-3
+
+
+_JUMPS = {"threshold": (lambda x: keras.activations.threshold(x, 0.5, 0.0), (0.5,)),
+          "hard_shrink": (keras.activations.hard_shrink, (-0.5, 0.5))}
+
+
+def _int8_file(result, path) -> str:
+    """The rewritten graph as a full-int8 TFLite file (float I/O), calibrated on ``_data()``."""
+    conv = tf.lite.TFLiteConverter.from_concrete_functions([result.model.concrete_function()])
+    conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    conv.representative_dataset = lambda: ([d["x0"]] for d in _data())
+    conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    path.write_bytes(conv.convert())
+    return str(path)
+
+
+def _conv_multipliers(path) -> list[float]:
+    """Every CONV_2D's largest requantisation multiplier in an int8 file: input scale x the
+    channel's weight scale / output scale, as the kernels apply it."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    interp = Interpreter(model_path=str(path), experimental_op_resolver_type=(
+        OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES))
+    scales = {t["index"]: t["quantization_parameters"]["scales"]
+              for t in interp.get_tensor_details()}
+    return [float(scales[op["inputs"][0]][0] * np.max(scales[op["inputs"][1]])
+                  / scales[op["outputs"][0]][0])
+            for op in interp._get_ops_details() if op["op_name"] == "CONV_2D"]
+
+
+def _int8_error_away_from_jumps(model, runner, jumps) -> float:
+    """max |int8 - f| on 256 evenly spaced inputs of [LO, HI], leaving out those within two
+    int8 input steps of a jump (where quantising x moves the jump by up to half a step)."""
+    x = dense_line(LO, HI, int(np.prod(SHAPE))).reshape(SHAPE)
+    want = model.run({"x0": x})["output_0"].ravel()
+    got = next(iter(runner.run({runner.inputs[0].name: x}).values())).ravel()
+    far = np.min(np.abs(x.ravel()[:, None] - np.array(jumps)), axis=1) > 2 * (HI - LO) / 255
+    return float(np.max(np.abs(got.astype(np.float64) - want)[far]))
+
+
+@pytest.mark.parametrize("name", sorted(_JUMPS))
+def test_a_jump_is_one_ramp_whose_int8_requantisation_fits_int32(name, tmp_path):
+    """Regression (since c82a678): the grid refined where f is steep bisected each jump of
+    hard_shrink down to points 1.1e-16 apart and a segment between them had slope 5.4e16, an
+    int8 requantisation multiplier of 2^49 for its CONV_2D channel: LiteRT cosine 0.892 (the
+    activation matrix), Vela left the conv on the CPU, TFLite Micro 1.0. Each jump is crossed
+    by one ramp 2 * JUMP_WIDTH of the fitted range wide: multiplier R / (127 w) ~ 3.3e3 (2^12),
+    below 2^15, so the int32 accumulator (|acc| <= 127 * 255 < 2^15) shifted left by it stays
+    in int32. Measured (threshold, crossing ramp narrowed by hand): multiplier 2^15 int8 error
+    0.016 away from the jump in LiteRT and TFLite Micro; 2^18.3 both 0.52; 2^35 and above
+    LiteRT 0.52, TFLite Micro 0.016, Vela one more op on the CPU."""
+    from rewriter.rules._unary import UnaryFunction, fit_ramps
+    from rewriter.verify.runners import LiteRTRunner
+
+    fn, jumps = _JUMPS[name]
+    f = UnaryFunction(name, lambda x: np.asarray(fn(tf.constant(x)), np.float64), None, None)
+    fit = fit_ramps(f, LO, HI)
+    width = fit.fit_range[1] - fit.fit_range[0]
+    assert len(fit.jumps) == len(jumps) and fit.max_abs_error == pytest.approx(0.5, abs=1e-3)
+    narrowest = float(np.min(np.diff(fit.knots)))
+    assert narrowest >= 2 * JUMP_WIDTH * width * (1 - 1e-6)  # was 1.1e-16 (1.2e-17 of it)
+    assert (HI - LO) / (127 * narrowest) < 2**15  # the largest requantisation multiplier
+    model, result = _rewrite(fn)
+    [applied] = result.applied
+    assert applied.bound.max_abs_error == pytest.approx(0.5, abs=1e-3)
+    path = _int8_file(result, tmp_path / "a.tflite")
+    assert 1000 < max(_conv_multipliers(path)) < 2**15  # 3.3e3 (was 5.7e14)
+    err = _int8_error_away_from_jumps(model, LiteRTRunner(path), jumps)
+    assert err < 1.5 * (HI - LO) / 255  # 1.5 output steps (was 0.52)
+
+
+@pytest.mark.slow
+def test_the_int8_jump_ramps_run_alike_in_tflite_micro_and_on_the_ethos_u_npu(tmp_path):
+    """hard_shrink's rewritten int8 file: TFLite Micro within 1.5 output steps away from the
+    jumps, as LiteRT is, and Vela leaves only the float I/O's QUANTIZE and DEQUANTIZE on the
+    CPU. With the 1.1e-16 wide segment (multiplier 5.7e14): TFLite Micro off by 0.52 on this
+    file, and Vela 3 CPU ops, the third a CONV_2D it gives no reason for."""
+    from rewriter.targets.vela import run_vela
+    from rewriter.verify.tflm import TflmRunner
+
+    fn, jumps = _JUMPS["hard_shrink"]
+    model, result = _rewrite(fn)
+    path = _int8_file(result, tmp_path / "a.tflite")
+    assert _int8_error_away_from_jumps(model, TflmRunner(path), jumps) < 1.5 * (HI - LO) / 255
+    vela = run_vela(path, "ethos-u55-128", tmp_path / "vela")
+    assert vela.cpu_ops == 2 and {c.op for c in vela.cpu_reasons} == {"QUANTIZE", "DEQUANTIZE"}
