@@ -17,4 +17,6 @@ def test_rknn_artifact_with_an_approximate_gelu_is_judged_by_its_bound(cli, gelu
     bound = sum(r["bound"]["max_abs_error"] * r["count"] for r in approx)
     assert logits["max_abs_error"] <= bound * max(1.0, logits["ref_max_abs"])
     assert art["ok"] and code == 0, report["summary"]
-    assert "approximate application(s)' bounds" in art["notes"][0]
+    note = art["notes"][0]
+    assert "2 approximate application(s)" in note and "the sum of their bounds (" in note
+    assert "the model's own response to its approximations' bounds" in note

@@ -49,6 +49,7 @@ from rewriter.targets import Target
 from rewriter.tune.distil_targets import cannot_distil
 from rewriter.tune.int8_range import lines as range_lines
 from rewriter.tune.recover import Recovery
+from rewriter.verify.bound_response import bound_response
 from rewriter.verify.float_noise import noise_floor
 from rewriter.verify.int8_layers import Int8Layers
 from rewriter.verify.metrics import Comparison, reached
@@ -267,15 +268,21 @@ def _attempt(ctx: _Context, exclude: frozenset[str] = frozenset(),
     if ctx.until == "deploy":
         return Attempt(the_plan, result, graph_after, deployment=_deploy(ctx, rewritten,
                                                                          ctx.outdir))
+    response = None
+    if any(not a.exact for a in result.applied):
+        with steps("bound_response", "measuring the model's response to its approximations"):
+            response = bound_response(ctx.model, ctx.data.samples, ctx.reference,
+                                      result.applied)
+        _forget(ctx.model)
     with steps("verify_tf", "verifying the rewritten graph in TF"):
         rewritten_out = _run_all(rewritten, ctx.data.samples)
         tf_cmp = _compare_rewritten(ctx.reference, rewritten_out, result.applied,
-                                    len(ctx.data.samples))
+                                    len(ctx.data.samples), response)
     warnings: list[str] = []
     diagnostics = _diagnostics(ctx, the_plan, result, rewritten_out, warnings)
     _forget(ctx.model, rewritten, keep=rewritten)
     out = _deliver(ctx, rewritten, ctx.outdir, result.applied,
-                   "writing the rewritten SavedModel")
+                   "writing the rewritten SavedModel", response=response)
     if out.histogram is not None:
         diagnostics.histograms["artifact"] = out.histogram
     return Attempt(the_plan, result, graph_after, tf_cmp, diagnostics, out.saved_model,
@@ -305,9 +312,10 @@ class _Delivery:
 
 
 def _deliver(ctx: _Context, model: Model, outdir: Path, applied: Any, message: str,
-             calibration: Any = None) -> _Delivery:
+             calibration: Any = None, response: Any = None) -> _Delivery:
     """The one path from a graph to a proven file: the SavedModel, export and verdict
-    (:func:`_deploy`), the file run in its runtime against the original's outputs, and for an
+    (:func:`_deploy`), the file run in its runtime against the original's outputs (a float
+    file's tolerance with the measured ``response`` to the approximations' bounds), and for an
     int8 ``.tflite`` the error of every layer."""
     from rewriter.export.saved_model import export_saved_model
     from rewriter.verify.histograms import error_histograms
@@ -324,7 +332,7 @@ def _deliver(ctx: _Context, model: Model, outdir: Path, applied: Any, message: s
         with ctx.steps("verify_artifact", "running the artifact"):
             artifact = run_artifact(deployment.exported.path, artifact_runtime(target),
                                     ctx.quantize, ctx.model, ctx.data.samples, ctx.reference,
-                                    applied, _policy(ctx.opts), ctx.noise_floor)
+                                    applied, _policy(ctx.opts), ctx.noise_floor, response)
         if artifact.fallback:
             warnings.append(artifact.fallback)
         histogram = error_histograms(ctx.reference, artifact.outputs)
@@ -542,11 +550,11 @@ def _run_all(model: Model, samples: list[dict[str, np.ndarray]]) -> dict[str, np
 
 
 def _compare_rewritten(ref: Mapping[str, np.ndarray], test: Mapping[str, np.ndarray],
-                       applied: list[Applied], n: int) -> Comparison:
+                       applied: list[Applied], n: int, response: Any = None) -> Comparison:
     from rewriter.verify.metrics import compare_within
     from rewriter.verify.tolerance import DEFAULT_POLICY
 
-    return compare_within(ref, test, DEFAULT_POLICY.for_rewrite(applied, ref), n)
+    return compare_within(ref, test, DEFAULT_POLICY.for_rewrite(applied, ref, response), n)
 
 
 def _misses(cmp: Comparison, target: float) -> bool:

@@ -508,10 +508,12 @@ def run_artifact(path: str | Path, runtime: str, quantize: str, model: Model,
                  samples: Sequence[Feeds], reference: Mapping[str, np.ndarray],
                  applied: Sequence[Any] = (),
                  policy: TolerancePolicy = DEFAULT_POLICY,
-                 noise_floor: Mapping[str, float] | None = None) -> ArtifactRun:
+                 noise_floor: Mapping[str, float] | None = None,
+                 response: Any = None) -> ArtifactRun:
     """Run the file in ``runtime`` and compare with ``reference`` at the policy's artifact
-    tolerance for ``quantize``, the rule applications ``applied`` the file carries and the
-    original's float32 ``noise_floor`` (float files).
+    tolerance for ``quantize``, the rule applications ``applied`` the file carries, the
+    original's float32 ``noise_floor`` and its measured ``response`` to the applications'
+    bounds (:mod:`rewriter.verify.bound_response`; float files).
 
     A ``.tflite`` that TFLite Micro cannot load because it has no kernel for an op (an op the
     target's table lacks too, so the job fails on it anyway) is run in LiteRT instead, so its
@@ -543,7 +545,7 @@ def run_artifact(path: str | Path, runtime: str, quantize: str, model: Model,
             outs = run_samples(artifact_runner(path, "litert"), samples, names)
     except UserError as exc:
         raise UserError(f"the exported artifact does not run: {exc}") from None
-    tolerance = policy.for_artifact(quantize, reference, applied, noise_floor)
+    tolerance = policy.for_artifact(quantize, reference, applied, noise_floor, response)
     return ArtifactRun(runtime, outs, compare_within(reference, outs, tolerance, len(samples)),
                        fallback, not_runnable)
 
