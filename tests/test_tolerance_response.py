@@ -98,7 +98,7 @@ def test_unmeasured_applications_keep_the_old_rule(case):
     s = float(np.abs(reference["output_0"]).max())
     tol = DEFAULT_POLICY.for_rewrite([*APPLIED, elsewhere], reference, r)
     assert tol.atol["output_0"] == pytest.approx(EXACT_RTOL * s + 6 * B + 5e-4, rel=1e-3)
-    assert "1 unmeasured application(s)' bounds (0.0005)" in tol.note
+    assert "+ the 1 unmeasured application(s)' bounds (0.0005)" in tol.note
     capped = bound_response(original, samples, reference, APPLIED, max_applications=0)
     assert capped.measured == [] and capped.unmeasured_budget == B
     old = DEFAULT_POLICY.for_rewrite(APPLIED, reference)
@@ -112,3 +112,17 @@ def test_a_float_artifact_carries_the_measured_response_too(case):
     tol = DEFAULT_POLICY.for_artifact("none", reference, APPLIED, response=response)
     assert tol.atol["output_0"] == pytest.approx(1e-4 * s + 6 * B, rel=1e-3)
     assert "for the 1 approximate application(s): the larger of" in tol.note
+
+
+def test_applications_are_matched_to_the_response_by_root_and_bound(case):
+    """The per-rule checker judges prefixes of the job's applications with the job's response:
+    only the applications it measured (same root, bound no larger) use it."""
+    _, _, reference, response = case
+    s = float(np.abs(reference["output_0"]).max())
+    exact_only = DEFAULT_POLICY.for_rewrite(APPLIED[1:], reference, response)
+    assert exact_only.min_cosine is None and exact_only.atol["output_0"] == pytest.approx(
+        EXACT_RTOL * s)
+    looser = [Applied("elementwise_ramps", "act", ["act"], [], False, Bound(2 * B, (0, 1)))]
+    tol = DEFAULT_POLICY.for_rewrite(looser, reference, response)  # measured for b, not 2b
+    assert tol.atol["output_0"] == pytest.approx(EXACT_RTOL * s + 2 * B)
+    assert "response" not in tol.note

@@ -279,7 +279,7 @@ def _attempt(ctx: _Context, exclude: frozenset[str] = frozenset(),
         tf_cmp = _compare_rewritten(ctx.reference, rewritten_out, result.applied,
                                     len(ctx.data.samples), response)
     warnings: list[str] = []
-    diagnostics = _diagnostics(ctx, the_plan, result, rewritten_out, warnings)
+    diagnostics = _diagnostics(ctx, the_plan, result, rewritten_out, warnings, response)
     _forget(ctx.model, rewritten, keep=rewritten)
     out = _deliver(ctx, rewritten, ctx.outdir, result.applied,
                    "writing the rewritten SavedModel", response=response)
@@ -472,12 +472,14 @@ def _int8_layers(ctx: _Context, path: Path, rewritten: Model) -> Int8Layers:
 
 
 def _diagnostics(ctx: _Context, the_plan: Plan, result: RewriteResult,
-                 rewritten_out: dict[str, np.ndarray], warnings: list[str]) -> Diagnostics:
+                 rewritten_out: dict[str, np.ndarray], warnings: list[str],
+                 response: Any = None) -> Diagnostics:
     """Error histograms, the first diverging node, and (opt-in) a check after every rule."""
     from rewriter.verify.divergence import first_divergence
     from rewriter.verify.histograms import error_histograms
 
-    diag = Diagnostics({"rewritten_tf": error_histograms(ctx.reference, rewritten_out)})
+    diag = Diagnostics({"rewritten_tf": error_histograms(ctx.reference, rewritten_out)},
+                       bound_response=response)
     samples = ctx.data.samples
     if result.applied:
         with ctx.steps("first_divergence", "comparing intermediate tensors"):
@@ -490,7 +492,8 @@ def _diagnostics(ctx: _Context, the_plan: Plan, result: RewriteResult,
 
         with ctx.steps("check_each_rule", "checking after each rule"):
             diag.per_rule = check_each_rule(ctx.model, the_plan.rules,
-                                            samples[: ctx.opts.divergence_samples])
+                                            samples[: ctx.opts.divergence_samples],
+                                            response=response)
         bad = first_failure(diag.per_rule)
         if bad is not None:
             warnings.append(bad.describe())

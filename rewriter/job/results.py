@@ -28,11 +28,13 @@ __all__ = ["Attempt", "Diagnostics", "Job", "Retry"]
 @dataclass
 class Diagnostics:
     """What explains a mismatch: |error| histograms per stage and output, the first diverging
-    node, and (opt-in) a comparison after every rule."""
+    node, (opt-in) a comparison after every rule, and the original's measured response to the
+    approximate applications' bounds (:mod:`rewriter.verify.bound_response`)."""
 
     histograms: dict[str, dict[str, Any]]
     divergence: Divergence | None = None
     per_rule: list[RuleCheck] | None = None
+    bound_response: Any = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"histograms": self.histograms}
@@ -40,6 +42,8 @@ class Diagnostics:
             out["divergence"] = self.divergence.to_json()
         if self.per_rule is not None:
             out["per_rule"] = [c.to_json() for c in self.per_rule]
+        if self.bound_response is not None:
+            out["bound_response"] = self.bound_response.to_json()
         return out
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from rewriter.verify.tolerance import RESPONSE_FACTOR, bound_of
+from rewriter.verify.tolerance import RESPONSE_FACTOR, approximate_roots
 
 __all__ = ["MAX_APPLICATIONS", "RESPONSE_FACTOR", "BoundResponse", "bound_response"]
 
@@ -70,18 +70,16 @@ class BoundResponse:
 
 
 def _applications(applied: Sequence[Any]) -> list[dict[str, Any]]:
-    """The approximate applications among ``applied`` ({rule, root, bound}), one per root."""
-    out: dict[str, dict[str, Any]] = {}
+    """The approximate applications among ``applied`` ({root, rule, bound}), one per root,
+    the largest bounds first."""
+    rules = {}
     for a in applied:
-        b = bound_of(a)
-        if b is None:
-            continue
         j = a if isinstance(a, Mapping) else a.to_json()
         for root in j.get("roots") or [j["root"]]:
-            seen = out.get(root)
-            out[root] = {"rule": j["rule"], "root": root,
-                         "bound": b + (seen["bound"] if seen else 0.0)}
-    return sorted(out.values(), key=lambda a: (-a["bound"], a["root"]))
+            rules.setdefault(root, j["rule"])
+    return sorted(({"rule": rules[r], "root": r, "bound": b}
+                   for r, b in approximate_roots(applied).items()),
+                  key=lambda a: (-a["bound"], a["root"]))
 
 
 def _why_not(model: Any, root: str, inside: set[str], names: Mapping[str, Any]) -> str | None:

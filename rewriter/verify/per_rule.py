@@ -106,12 +106,15 @@ class RuleChecker(Tracer):
 
     def __init__(self, model: Model, samples: Samples, policy: TolerancePolicy,
                  granularity: str = "rule", stop_at_first: bool = True,
-                 on_check: Callable[[RuleCheck], None] | None = None) -> None:
+                 on_check: Callable[[RuleCheck], None] | None = None,
+                 response: Any = None) -> None:
         if granularity not in ("rule", "application"):
             raise ValueError(f"granularity must be 'rule' or 'application', not {granularity!r}")
         self.model = model
         self.samples = list(samples)
         self.policy = policy
+        #: the job's measured response to its approximations' bounds (matched by root)
+        self.response = response
         self.per_application = granularity == "application"
         self.stop_at_first = stop_at_first
         self.on_check = on_check
@@ -167,7 +170,7 @@ class RuleChecker(Tracer):
         from rewriter.verify.metrics import compare
 
         start = time.perf_counter()
-        tolerance = self.policy.for_rewrite(self.applied, self.reference)
+        tolerance = self.policy.for_rewrite(self.applied, self.reference, self.response)
         base = dict(step=len(self.checks) + 1, rule=rule.name,
                     roots=roots or [a.root for a in applications], exact=rule.exact,
                     bound=rule.bound.to_json() if rule.bound else None,
@@ -216,18 +219,21 @@ def _run(model: Model, samples: Samples) -> dict[str, np.ndarray]:
 def check_each_rule(model: Model, rules_in_order: Sequence[Rule | str], samples: Samples,
                     policy: TolerancePolicy | None = None, granularity: str = "rule",
                     max_iterations: int = DEFAULT_MAX_ITERATIONS, stop_at_first: bool = True,
-                    on_check: Callable[[RuleCheck], None] | None = None) -> list[RuleCheck]:
+                    on_check: Callable[[RuleCheck], None] | None = None,
+                    response: Any = None) -> list[RuleCheck]:
     """Apply ``rules_in_order`` through the pass manager, comparing outputs with the original.
 
     ``granularity``: ``"rule"`` compares after each rule's pass and drills into a failing pass
     one application at a time; ``"application"`` compares after every application. Returns the
     checks in order; with ``stop_at_first`` it stops after the first failing application.
-    :func:`first_failure` picks the culprit.
+    :func:`first_failure` picks the culprit. ``response``: the job's measured response to its
+    approximations' bounds (:mod:`rewriter.verify.bound_response`), used for the applications
+    whose roots it measured.
     """
     from rewriter.rules import get_rule
 
     rules = [get_rule(r) if isinstance(r, str) else r for r in rules_in_order]
     checker = RuleChecker(model, samples, policy or DEFAULT_POLICY, granularity, stop_at_first,
-                          on_check)
+                          on_check, response)
     PassManager([RulePass([r]) for r in rules], max_iterations).run(model, checker)
     return checker.checks

@@ -132,6 +132,55 @@ def approximation_budget(applied: Sequence[Any]) -> tuple[list[float], float]:
     return approx, float(sum(approx))
 
 
+def approximate_roots(applied: Sequence[Any]) -> dict[str, float]:
+    """{root: the summed bounds of the approximate applications rooted there} among
+    ``applied`` (``Applied`` objects, their JSON, or the report's per-rule form with
+    ``roots``)."""
+    out: dict[str, float] = {}
+    for a in applied:
+        b = bound_of(a)
+        if b is None:
+            continue
+        j = a if isinstance(a, Mapping) else a.to_json()
+        for root in j.get("roots") or [j["root"]]:
+            out[root] = out.get(root, 0.0) + b
+    return out
+
+
+@dataclass(frozen=True)
+class MeasuredTerms:
+    """The approximate applications of one ``applied`` list split by a measured response:
+    the measured ones' summed bounds and summed response per output, the others' bounds."""
+
+    measured: float
+    response: dict[str, float]
+    unmeasured: float
+    n_measured: int
+    n_unmeasured: int
+    samples: int
+
+
+def measured_terms(applied: Sequence[Any], response: Any) -> MeasuredTerms | None:
+    """Match ``applied``'s approximate applications to ``response``
+    (:class:`rewriter.verify.bound_response.BoundResponse`) by root: None when none of them
+    was measured (the old rule then holds for all)."""
+    if response is None:
+        return None
+    by_root = {m["root"]: m for m in response.measured}
+    roots = approximate_roots(applied)
+    hits = [r for r in roots if r in by_root and by_root[r]["bound"] >= roots[r]]
+    if not hits:
+        return None
+    total: dict[str, float] = {}
+    for r in hits:
+        for k, v in by_root[r]["response"].items():
+            total[k] = total.get(k, 0.0) + v
+    rest = [r for r in roots if r not in hits]
+    return MeasuredTerms(float(sum(roots[r] for r in hits)), total,
+                         float(sum(roots[r] for r in rest)), len(hits), len(rest),
+                         response.samples)
+
+
 @dataclass(frozen=True)
 class TolerancePolicy:
     """The thresholds, as one object the job, ``verify`` and the per-rule checks share."""
@@ -148,35 +197,42 @@ class TolerancePolicy:
         return self.exact_rtol * scale + budget * max(1.0, scale)
 
     @staticmethod
-    def approx_atol(scale: float, budget: float, output: str, response: Any = None) -> float:
+    def approx_atol(scale: float, budget: float, output: str,
+                    terms: MeasuredTerms | None = None) -> float:
         """What the approximate applications add to the absolute tolerance of ``output``
-        (scale ``scale``, ``budget`` the sum of their bounds): ``budget * max(1, scale)``, or
-        with their measured ``response`` (a
-        :class:`~rewriter.verify.bound_response.BoundResponse`) the larger of the measured
-        applications' bounds x ``max(1, scale)`` and ``RESPONSE_FACTOR`` x their response, plus
+        (scale ``scale``, ``budget`` the sum of their bounds): ``budget * max(1, scale)``, or,
+        with ``terms`` (:func:`measured_terms`), the larger of the measured applications'
+        bounds x ``max(1, scale)`` and :data:`RESPONSE_FACTOR` x their summed response, plus
         the unmeasured applications' bounds x ``max(1, scale)``."""
-        if response is None or output not in response.response:
+        if terms is None or output not in terms.response:
             return budget * max(1.0, scale)
         m = max(1.0, scale)
-        return (max(response.measured_budget * m, RESPONSE_FACTOR * response.response[output])
-                + response.unmeasured_budget * m)
+        return (max(terms.measured * m, RESPONSE_FACTOR * terms.response[output])
+                + terms.unmeasured * m)
 
     @staticmethod
-    def _response_note(response: Any, scales: Mapping[str, float], budget: float) -> str:
+    def _approx_note(terms: MeasuredTerms | None, scales: Mapping[str, float],
+                     budget: float) -> str:
         """The tolerance note's words for the approximate term."""
         base = f"the sum of their bounds ({budget:.3g}) x max(1, max|ref|)"
-        if response is None or not response.measured:
+        if terms is None:
             return base
-        amplified = {k: v for k, v in response.response.items() if k in scales
-                     and RESPONSE_FACTOR * v > response.measured_budget * max(1.0, scales[k])}
+        amplified = {k: v for k, v in terms.response.items() if k in scales
+                     and RESPONSE_FACTOR * v > terms.measured * max(1.0, scales[k])}
         note = (f"the larger of {base} and {RESPONSE_FACTOR:g}x the model's own response to "
-                f"its approximations' bounds, measured on {response.samples} sample(s) "
-                f"({len(response.measured)} application(s); " + (", ".join(
+                f"its approximations' bounds, measured on {terms.samples} sample(s) "
+                f"({terms.n_measured} application(s); " + (", ".join(
                     f"{k}: {v:.3g}" for k, v in sorted(amplified.items()))
                     or "no output amplifies them") + ")")
-        if response.unmeasured:
-            note += (f", + {len(response.unmeasured)} unmeasured application(s)' bounds "
-                     f"({response.unmeasured_budget:.3g}) x max(1, max|ref|)")
+        if terms.n_unmeasured:
+            note = (f"the larger of the measured applications' bounds ({terms.measured:.3g}) x "
+                    f"max(1, max|ref|) and {RESPONSE_FACTOR:g}x the model's own response to "
+                    f"them, measured on {terms.samples} sample(s) ({terms.n_measured} "
+                    "application(s); " + (", ".join(
+                        f"{k}: {v:.3g}" for k, v in sorted(amplified.items()))
+                        or "no output amplifies them") + f"), + the {terms.n_unmeasured} "
+                    f"unmeasured application(s)' bounds ({terms.unmeasured:.3g}) x "
+                    "max(1, max|ref|)")
         return note
 
     def for_rewrite(self, applied: Sequence[Any], reference: Mapping[str, np.ndarray],
@@ -186,7 +242,8 @@ class TolerancePolicy:
         (:func:`rewriter.verify.bound_response.bound_response`), None for the old rule."""
         approx, budget = approximation_budget(applied)
         scales = output_scale(reference)
-        atol = {k: self.exact_rtol * s + self.approx_atol(s, budget, k, response)
+        terms = measured_terms(applied, response)
+        atol = {k: self.exact_rtol * s + self.approx_atol(s, budget, k, terms)
                 for k, s in scales.items()}
         if not approx:
             return Tolerance(atol, self.exact_rtol, None,
@@ -195,7 +252,7 @@ class TolerancePolicy:
         return Tolerance(atol, self.exact_rtol, self.approx_min_cosine,
                          f"{len(approx)} approximate application(s): tolerance "
                          f"{self.exact_rtol:g} x max|ref| + "
-                         f"{self._response_note(response, scales, budget)}, " + judged_by(
+                         f"{self._approx_note(terms, scales, budget)}, " + judged_by(
                              f"cosine >= {self.approx_min_cosine}", reference))
 
     def for_artifact(self, quantize: str, reference: Mapping[str, np.ndarray],
@@ -226,7 +283,8 @@ class TolerancePolicy:
         approx, budget = approximation_budget(applied)
         scales = output_scale(reference)
         floors = {k: NOISE_FACTOR * (noise_floor or {}).get(k, 0.0) for k in scales}
-        atol = {k: max(rtol * s, floors[k]) + self.approx_atol(s, budget, k, response)
+        terms = measured_terms(applied, response)
+        atol = {k: max(rtol * s, floors[k]) + self.approx_atol(s, budget, k, terms)
                 for k, s in scales.items()}
         kind = "float32" if quantize == "none" else quantize
         note = f"{kind} artifact vs original: tolerance {rtol:g} relative to the output's scale"
@@ -244,9 +302,9 @@ class TolerancePolicy:
         return Tolerance(atol, rtol, self.approx_min_cosine,
                          f"{note} + " + (
                              f"the sum of the {len(approx)} approximate application(s)' bounds "
-                             f"({budget:.3g}) x max(1, max|ref|)" if response is None
-                             or not response.measured else f"for the {len(approx)} approximate "
-                             f"application(s): {self._response_note(response, scales, budget)}")
+                             f"({budget:.3g}) x max(1, max|ref|)" if terms is None
+                             else f"for the {len(approx)} approximate application(s): "
+                             f"{self._approx_note(terms, scales, budget)}")
                          + ", " + judged_by(
                              f"cosine >= {self.approx_min_cosine}", reference))
 
