@@ -126,3 +126,11 @@ def test_applications_are_matched_to_the_response_by_root_and_bound(case):
     tol = DEFAULT_POLICY.for_rewrite(looser, reference, response)  # measured for b, not 2b
     assert tol.atol["output_0"] == pytest.approx(EXACT_RTOL * s + 2 * B)
     assert "response" not in tol.note
+
+
+def test_the_most_sensitive_application_is_named_with_its_gain(case):
+    _, _, reference, response = case
+    s = float(np.abs(reference["output_0"]).max())
+    line = response.most_sensitive({"output_0": s})
+    assert line.startswith("elementwise_ramps at act (stated bound 0.001) moves output output_0 "
+                           "by up to 0.003") and "a gain of 3," in line

@@ -279,6 +279,12 @@ def _attempt(ctx: _Context, exclude: frozenset[str] = frozenset(),
         tf_cmp = _compare_rewritten(ctx.reference, rewritten_out, result.applied,
                                     len(ctx.data.samples), response)
     warnings: list[str] = []
+    if response is not None and not tf_cmp.ok:
+        from rewriter.verify.tolerance import output_scale
+
+        line = response.most_sensitive(output_scale(ctx.reference))
+        if line:
+            warnings.append(line)
     diagnostics = _diagnostics(ctx, the_plan, result, rewritten_out, warnings, response)
     _forget(ctx.model, rewritten, keep=rewritten)
     out = _deliver(ctx, rewritten, ctx.outdir, result.applied,

@@ -57,6 +57,21 @@ class BoundResponse:
     def measured_budget(self) -> float:
         return float(sum(m["bound"] for m in self.measured))
 
+    def most_sensitive(self, scales: Mapping[str, float]) -> str | None:
+        """One line naming the measured application that moves an output most relative to its
+        scale (``scales``: max |ref| per output), for a rewritten graph that did not match;
+        None when nothing was measured."""
+        hits = [(v / scales[k] if scales.get(k) else math.inf, v, k, m)
+                for m in self.measured for k, v in m["response"].items() if v > 0]
+        if not hits:
+            return None
+        rel, v, k, m = max(hits, key=lambda h: (h[0], h[1]))
+        share = f" ({rel:.2g} of its scale)" if math.isfinite(rel) else ""
+        return (f"{m['rule']} at {m['root']} (stated bound {m['bound']:.3g}) moves output {k} by "
+                f"up to {v:.3g}{share} when it errs by its bound (a gain of {v / m['bound']:.3g}, "
+                f"measured on {self.samples} sample(s)): the model is sensitive to an error "
+                "there; a tighter fit or an exact rule for that op is what would help")
+
     def to_json(self) -> dict[str, Any]:
         def fin(x: float) -> Any:
             return x if math.isfinite(x) else str(x)
