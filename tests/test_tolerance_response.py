@@ -104,6 +104,9 @@ def test_unmeasured_applications_keep_the_old_rule(case):
     old = DEFAULT_POLICY.for_rewrite(APPLIED, reference)
     assert DEFAULT_POLICY.for_rewrite(APPLIED, reference, capped).atol == old.atol
     assert bound_response(original, samples, reference, APPLIED[1:]) is None  # all exact
+    at_input = Applied("elementwise_ramps", "x0", ["x0"], [], False, Bound(B, (0.0, 1.0)))
+    fed_twice = bound_response(original, samples, reference, [at_input])
+    assert fed_twice.measured == [] and "could not be fed" in fed_twice.unmeasured[0]["why"]
 
 
 def test_a_float_artifact_carries_the_measured_response_too(case):

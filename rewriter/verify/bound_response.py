@@ -118,6 +118,30 @@ def _patterns(shape: tuple[int, ...], dtype: np.dtype, b: float,
     return [np.full(shape, b, dtype), np.full(shape, -b, dtype), (b * signs).astype(dtype)]
 
 
+def _measure(fn: Any, model: Any, samples: Sequence[Mapping[str, np.ndarray]],
+             values: Sequence[Mapping[str, np.ndarray]], reference: Mapping[str, np.ndarray],
+             app: Mapping[str, Any]) -> dict[str, float]:
+    """{output: max |change|} over ``samples`` and :func:`_patterns` of one application, with
+    ``fn(*inputs, root_value)`` the rest of the graph and ``values`` the root per sample."""
+    import tensorflow as tf
+
+    got = dict.fromkeys(reference, 0.0)
+    for i, (sample, value) in enumerate(zip(samples, values, strict=True)):
+        v = np.asarray(value[app["tensor"]])
+        args = [tf.constant(np.asarray(sample[s.name], dtype=s.dtype)) for s in model.inputs]
+        for p in _patterns(v.shape, v.dtype, app["bound"], seed=i):
+            outs = fn(*args, tf.constant(v + p))
+            outs = outs if isinstance(outs, (list, tuple)) else [outs]
+            for o, t in zip(model.outputs, outs, strict=True):
+                if o.name not in reference:
+                    continue
+                ref = np.asarray(reference[o.name][i], np.float64)
+                d = np.abs(np.asarray(t.numpy(), np.float64).reshape(ref.shape) - ref)
+                d = d[np.isfinite(d)]
+                got[o.name] = max(got[o.name], float(d.max(initial=0.0)))
+    return got
+
+
 def bound_response(model: Any, samples: Sequence[Mapping[str, np.ndarray]],
                    reference: Mapping[str, np.ndarray], applied: Sequence[Any],
                    max_applications: int = MAX_APPLICATIONS) -> BoundResponse | None:
@@ -155,23 +179,14 @@ def bound_response(model: Any, samples: Sequence[Mapping[str, np.ndarray]],
         feeds = [i.tensor for i in model.inputs]
         outputs = [o.tensor for o in model.outputs]
         for a in todo:
-            fn = import_function(graph, variables, [*feeds, a["tensor"]], outputs)
-            got = dict.fromkeys(reference, 0.0)
-            for i, (sample, value) in enumerate(zip(samples, values, strict=True)):
-                v = np.asarray(value[a["tensor"]])
-                args = [tf.constant(np.asarray(sample[s.name], dtype=s.dtype))
-                        for s in model.inputs]
-                for p in _patterns(v.shape, v.dtype, a["bound"], seed=i):
-                    outs = fn(*args, tf.constant(v + p))
-                    outs = outs if isinstance(outs, (list, tuple)) else [outs]
-                    for o, t in zip(model.outputs, outs, strict=True):
-                        if o.name not in reference:
-                            continue
-                        ref = np.asarray(reference[o.name][i], np.float64)
-                        d = np.abs(np.asarray(t.numpy(), np.float64).reshape(ref.shape) - ref)
-                        d = d[np.isfinite(d)]
-                        got[o.name] = max(got[o.name], float(d.max(initial=0.0)))
-            del fn
+            try:
+                fn = import_function(graph, variables, [*feeds, a["tensor"]], outputs)
+                got = _measure(fn, model, samples, values, reference, a)
+            except (ValueError, TypeError, KeyError, tf.errors.OpError) as exc:
+                # a tensor TF cannot feed (e.g. a model input): the old rule for this one
+                unmeasured.append({k: v for k, v in a.items() if k != "tensor"}
+                                  | {"why": f"could not be fed: {type(exc).__name__}: {exc}"[:200]})
+                continue
             measured.append({"rule": a["rule"], "root": a["root"], "bound": a["bound"],
                              "response": got})
             for k, v in got.items():
