@@ -38,7 +38,7 @@ from benchmarks import stamp  # noqa: E402
 
 # Roughly cheapest first, so an interrupted run has recorded the most tests.
 ORDER = [
-    "tests/test_results_claims.py", "tests/test_batch.py", "tests/test_prequant.py", "tests/test_contract.py",
+    "tests/test_results_claims.py", "tests/test_batch.py", "tests/test_contract.py",
     "tests/test_check_cli.py", "tests/test_fuzz.py", "tests/test_activations.py",
     "tests/test_planner_agreement.py", "tests/test_families.py", "tests/test_unfreeze.py",
     "tests/rules/test_activation_rules_real_architectures.py",
