@@ -3,7 +3,8 @@
 * ``mobilenetv2``: keras.applications MobileNetV2 64x64 as ``benchmarks/mixed_precision.py``
   builds it (seeded weights=None, BN statistics from a training-mode pass; 64 calibration and 32
   held-back structured images), in LiteRT against the float file: the converter's int8 and 16x8
-  files, the AI Edge Quantizer with every op in 16x8, and the float file with only its conv/dense
+  files, the AI Edge Quantizer with every op in 16x8 (with its own int8 input, and with the
+  int16 input ``rewriter.tune.mixed.io_recipe`` gives it), and the float file with only its conv/dense
   weights rounded to int8 per channel (``rewriter.tune.mixed.int8_weights_only``: the ceiling of
   every plan with int8 weights). Also whether the BN statistics are set: the held-back
   inference-mode outputs of two BN layers, as (x - beta) / gamma.
@@ -69,7 +70,10 @@ def mobilenetv2(tmp: Path) -> dict[str, Any]:
     allowed = mp._allowed("ethos-u55-128")
     files = {"converter int8": mp.convert(km, size, "int8", cal),
              "converter 16x8": mp.convert(km, size, "16x8", cal),
-             "quantizer, every op 16x8 (int8 input)":
+             "quantizer, every op 16x8 (its own int8 input)":
+                 mq.build({o.scope: "16x8" for o in mq.ops if allowed(o.op)},
+                          quantizer_io=True),
+             "quantizer, every op 16x8 (int16 input, as the job builds it)":
                  mq.build({o.scope: "16x8" for o in mq.ops if allowed(o.op)}),
              "int8 weights only, float activations": int8_weights_only(flt)[0]}
     mq.close()

@@ -150,8 +150,9 @@ def test_the_int8_weights_alone_bound_every_plan(starved):
     ceiling, _ = evaluate(data)
     best = max(min(evaluate(mq.build(p))[0].values())
                for p in ({}, _pair(mq), {op.scope: "16x8" for op in mq.ops}))
-    # measured: 0.99998 with the weights alone, 0.99992 the best of int8, the pair, every op 16x8
-    assert min(ceiling.values()) >= best and min(ceiling.values()) > 0.9999
+    # measured: 0.999979 with the weights alone; int8 0.72, the pair 0.999934, every op 16x8
+    # (int16 input) 0.999984: within the int16 activations' rounding (1e-5) of the ceiling
+    assert min(ceiling.values()) >= best - 1e-5 and min(ceiling.values()) > 0.9999
     # every weight tensor holds int8 levels of its channel's scale, and nothing else changed
     from rewriter.verify.runners import LiteRTRunner as Lite
 
@@ -334,3 +335,68 @@ def test_a_plans_int16_to_int8_quantize_is_no_float_island_in_the_table_check(st
     path.write_bytes(mq.build({next(op.scope for op in mq.ops if "wide" in op.scope): "float"}))
     found = load_target("tflm").check_artifact(str(path)).unsupported_summary()
     assert [u["op"] for u in found] and "float island" in found[0]["reason"], found
+
+
+@pytest.fixture(scope="module")
+def wide_input(tmp_path_factory):
+    """Dense(4) -> Dense(3) whose input's feature 0 spans ~100x the others and is not read (its
+    weights 0): int8 input steps of ~2.4 leave the 15 features it reads at 0 or +-2.4; int16 input
+    steps are 256x finer. Quantised with every op in 16x8."""
+    import keras
+    import tensorflow as tf
+
+    rng = np.random.default_rng(3)
+    inp = keras.Input((16,), batch_size=1)
+    d1, d2 = keras.layers.Dense(4), keras.layers.Dense(3)
+    km = keras.Model(inp, d2(d1(inp)))
+    k1 = rng.normal(0, 1.0, (16, 4))
+    k1[0] = 0.0
+    d1.set_weights([k1.astype(np.float32), np.zeros(4, np.float32)])
+    tmp = tmp_path_factory.mktemp("wide_input")
+    data = bytes(tf.lite.TFLiteConverter.from_keras_model(km).convert())
+    (tmp / "float.tflite").write_bytes(data)
+    name = LiteRTRunner(tmp / "float.tflite").inputs[0].name
+
+    def draw(n):
+        x = rng.normal(size=(n, 1, 16)).astype(np.float32)
+        x[:, :, 0] *= 100.0
+        return [{name: s} for s in x]
+
+    cal, held = draw(64), draw(16)
+    ref = [LiteRTRunner(tmp / "float.tflite").run(s) for s in held]
+    mq = MixedQuantizer(data, cal)
+    every = {op.scope: "16x8" for op in mq.ops}
+    files = {"int16": mq.build(every), "int8": mq.build(every, quantizer_io=True)}
+    mq.float_io = True
+    files["float"] = mq.build(every)
+    mq.close()
+    yield files, held, ref, tmp
+
+
+def _io_types(data: bytes) -> tuple[list[str], list[str]]:
+    from tensorflow.lite.python import schema_py_generated as fb
+
+    names = {v: k for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
+    sub = fb.Model.GetRootAs(data, 0).Subgraphs(0)
+    return ([names[sub.Tensors(sub.Inputs(i)).Type()] for i in range(sub.InputsLength())],
+            [names[sub.Tensors(sub.Outputs(i)).Type()] for i in range(sub.OutputsLength())])
+
+
+def test_a_16x8_first_op_reads_an_int16_input(wide_input):
+    """The quantizer's own input is int8 whatever reads it; the plan's is int16 where a 16x8 op
+    reads it, as in the converter's 16x8 file, and the range-starved input keeps its accuracy."""
+    files, held, ref, tmp = wide_input
+    assert _io_types(files["int16"]) == (["INT16"], ["INT16"])
+    assert _io_types(files["int8"]) == (["INT8"], ["INT16"])
+    assert _io_types(files["float"]) == (["FLOAT32"], ["FLOAT32"])
+    got = {k: _eval(tmp, ref, held)(d)[0]["output_0"] for k, d in files.items()}
+    # measured: int8 input 0.9046, int16 input 0.99998, float I/O the same as int16
+    assert got["int8"] < 0.95 and got["int16"] > 0.9999, got
+    assert got["float"] == pytest.approx(got["int16"], abs=1e-6), got
+    if tflm_available():  # TFLite Micro reads the int16 input as LiteRT does
+        path = tmp / "int16_in.tflite"
+        path.write_bytes(files["int16"])
+        a = TflmRunner(path).run_many(held)
+        b = [LiteRTRunner(path).run(s) for s in held]
+        for x, y in zip(a, b, strict=True):
+            assert np.abs(x["output_0"] - y["output_0"]).max() <= 1e-3 * np.abs(y["output_0"]).max()

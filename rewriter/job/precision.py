@@ -6,12 +6,14 @@ Every plan is run in the target's runtime (TFLite Micro for tflm, LiteRT elsewhe
 verification samples (held back from calibration by default) and compared with the *original*
 model's outputs there; the per-layer error that ranks the promotions is measured on calibration
 samples only. Cost: Vela's estimate (time, SRAM, CPU ops) on Ethos-U, the file size elsewhere.
-A plan is delivered only when it is better than the int8 file and, on Ethos-U, Vela runs every op
-on the NPU. Not met: the job ends 1 with the best plan delivered and, in the report, what would
+A plan is delivered only when it is better than the int8 file and, on Ethos-U, Vela runs no more
+of its ops on the CPU than of the int8 file's (none with integer input and output).
+Every plan's input and output are what the job's int8 file's are (:func:`wants_int8_io`): integer
+(an input or output next to a 16x8 op is int16, as the converter's 16x8 file has them,
+:func:`rewriter.tune.mixed.io_recipe`) or float (``--float-io``). Not met: the job ends 1 with the best plan delivered and, in the report, what would
 reach the target (the ops with no 16x8 kernel on the target, or none: the whole model in 16x8
 was tried). Where the target has a 16x8 kernel for every op, the TFLite converter's whole-model
-16x8 file (int16 input and output; the quantizer's plans keep int8 ones) is one more candidate,
-measured and costed like the others (:func:`rewriter.tune.plan_search.search`'s ``whole``).
+16x8 file is one more candidate, measured and costed like the others (:func:`rewriter.tune.plan_search.search`'s ``whole``).
 
 Each output is judged by its own criterion (:func:`rewriter.verify.metrics.reached`): cosine
 >= COS for a float output, index agreement (the share of indices equal to the original's) >= COS
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rewriter.job.stages import ArtifactRun, artifact_runtime, run_artifact
+from rewriter.job.stages import ArtifactRun, artifact_runtime, run_artifact, wants_int8_io
 from rewriter.verify.metrics import reached
 
 
@@ -81,7 +83,9 @@ class PrecisionPlan:
         tail = "" if r.met else f"; would reach it: {'; '.join(self.needs) or 'nothing tried'}"
         if r.met and not self.delivered and self.recover is None:
             cpu = self.plan_file.get("cpu_ops") or 0
-            tail += ("; not delivered: " + (f"Vela runs {cpu} of its ops on the CPU" if cpu else
+            cpu8 = self.int8_file.get("cpu_ops") or 0
+            tail += ("; not delivered: " + (f"Vela runs {cpu} of its ops on the CPU (the int8 "
+                                            f"file {cpu8})" if cpu > cpu8 else
                                             "no better than the int8 file"))
         if self.recover is not None:
             rec = self.recover
@@ -125,12 +129,14 @@ def _cost(target: Any, path: Path) -> dict[str, Any]:
     return out
 
 
-WHOLE_16X8 = "the whole model in 16x8 (TFLite converter, int16 input and output)"
+WHOLE_16X8 = "the whole model in 16x8 (TFLite converter)"
 
 
-def whole_16x8(saved_model: str, calibration: list[dict[str, Any]]) -> dict[str, bytes]:
-    """The converter's whole-model 16x8 file, keyed by :data:`WHOLE_16X8`; {} when the converter
-    refuses (it has no 16x8 HARD_SWISH, for one)."""
+def whole_16x8(saved_model: str, calibration: list[dict[str, Any]],
+               integer_io: bool = True) -> dict[str, bytes]:
+    """The converter's whole-model 16x8 file, keyed by :data:`WHOLE_16X8` (int16 input and output,
+    or float with ``integer_io`` False); {} when the converter refuses (it has no 16x8
+    HARD_SWISH, for one)."""
     import tensorflow as tf
 
     conv = tf.lite.TFLiteConverter.from_saved_model(saved_model)
@@ -138,7 +144,8 @@ def whole_16x8(saved_model: str, calibration: list[dict[str, Any]]) -> dict[str,
     conv.representative_dataset = lambda: iter(calibration)
     conv.target_spec.supported_ops = [
         tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
-    conv.inference_input_type = conv.inference_output_type = tf.int16
+    if integer_io:
+        conv.inference_input_type = conv.inference_output_type = tf.int16
     try:
         return {WHOLE_16X8: bytes(conv.convert())}
     except Exception:  # the converter raises many types; the search goes on without it
@@ -205,12 +212,14 @@ def precision_plan(ctx: Any, artifact_path: Path, saved_model: str, applied: Any
             path.write_bytes(data)
             return _cost(target, path)
 
-        mq = MixedQuantizer(flt, cal, int16_reduce_max=target.int16_kernel("REDUCE_MAX"))
+        integer_io = wants_int8_io(target, opts.int8_io, "int8")
+        mq = MixedQuantizer(flt, cal, int16_reduce_max=target.int16_kernel("REDUCE_MAX"),
+                            float_io=not integer_io)
         try:
             whole = {}
             if not target.no_16x8() and all(target.int16_kernel(op.op) for op in mq.ops):
                 with ctx.steps("precision_whole", "converting the whole model to 16x8"):
-                    whole = whole_16x8(saved_model, cal)
+                    whole = whole_16x8(saved_model, cal, integer_io)
             with ctx.steps("precision_search", f"searching a plan for accuracy {opts.accuracy}"):
                 result = search(mq, evaluate, cost, opts.accuracy, cal[:8],
                                 lambda op: op not in ("QUANTIZE", "DEQUANTIZE")
@@ -231,7 +240,7 @@ def precision_plan(ctx: Any, artifact_path: Path, saved_model: str, applied: Any
         if not result.met:
             needs = _ceiling(evaluate, flt, opts.accuracy, ctx, result.criteria) + needs
         better = result.best.worst > result.int8.worst and result.best.promoted
-        on_chip = plan_cost.get("cpu_ops", 0) == 0
+        on_chip = (plan_cost.get("cpu_ops") or 0) <= (int8_cost.get("cpu_ops") or 0)
         plan = PrecisionPlan(opts.accuracy, result, bool(better and on_chip), int8_cost,
                              plan_cost, needs)
         if not plan.delivered:

@@ -10,8 +10,10 @@ op's output tensor names) with ``a8w8`` or ``a16w8`` per op, and inserts the int
 requantising QUANTIZE ops between them. Measured: a Conv-Conv-Dense model with the middle conv
 in 16x8 compiles with Vela 5.2 for ethos-u55-128 at 0 CPU ops (the QUANTIZE int8<->int16 runs
 on the NPU) and runs in TFLite Micro with the same outputs as in LiteRT
-(``tests/test_mixed_precision.py``). Its input/output is int8 (the first op's input is int8:
-no QUANTIZE/DEQUANTIZE on the CPU). Ops it does not quantise stay float (it left LOG float);
+(``tests/test_mixed_precision.py``). Its input/output is integer (no QUANTIZE/DEQUANTIZE on the
+CPU), as the job's converter files are: the input int16 when an op reading it is in 16x8, else
+int8 (:func:`io_recipe`), each output the type of the op that makes it; or float input and output
+(``float_io``, the job's ``--float-io``). Ops it does not quantise stay float (it left LOG float);
 :func:`float_ops` lists them so a plan with a float op is judged as a CPU island.
 
 An op is named by its *scope*: its output tensor names joined by ``;`` with a trailing ``;`` (the
@@ -63,6 +65,34 @@ def recipe(precisions: Mapping[str, str]) -> list[dict[str, Any]]:
     return out
 
 
+def io_recipe(precisions: Mapping[str, str], ops: Sequence[Op], inputs: Collection[str],
+              float_io: bool = False) -> list[dict[str, Any]]:
+    """The recipe entries for the graph's input and output (the quantizer's virtual ``INPUT``
+    and ``OUTPUT`` ops, one for all inputs, one for all outputs), after :func:`recipe`'s.
+
+    Integer I/O: the input is int16 when an op reading a graph input (``inputs``: their tensor
+    names) is in 16x8, so that op reads the sample at 16 bits; else int8 (the recipe's default).
+    The quantizer's own default quantises the input as int8 whatever reads it, and a 16x8 first
+    op then reads it through an int8 -> int16 QUANTIZE: the input keeps 256 levels (MobileNetV2
+    64x64 all in 16x8, LiteRT, 32 held-back images: cosine 0.9780 against the converter's int16-
+    input 16x8 file's 0.9885, benchmarks/results/precision_bounds.md). Outputs need no entry:
+    each already has the type of the op making it. With several inputs, one int16 input makes
+    them all int16 (one virtual op); an int8 op reading one gets it through a QUANTIZE int16 ->
+    int8, which requantises the same calibrated range.
+
+    ``float_io``: float input and output (the quantizer adds the QUANTIZE at the input; the
+    DEQUANTIZE at an int16 output it omits, :func:`dequantize_outputs` adds it)."""
+    if float_io:
+        return [{"regex": ".*", "operation": key, "algorithm_key": "no_quantize", "op_config": {}}
+                for key in ("INPUT", "OUTPUT")]
+    wide = any(precisions.get(op.scope) == "16x8" and set(op.inputs) & set(inputs)
+               for op in ops)
+    if not wide:
+        return []
+    return [{"regex": ".*", "operation": "INPUT", "algorithm_key": "min_max_uniform_quantize",
+             "op_config": _op_config(16)}]
+
+
 @dataclass(frozen=True)
 class Op:
     """One operator of the float file: its index, builtin name and scope."""
@@ -98,15 +128,25 @@ def ops_of(data: bytes) -> list[Op]:
     return out
 
 
+def graph_inputs(data: bytes) -> list[str]:
+    """The names of a ``.tflite``'s graph input tensors (subgraph 0)."""
+    from tensorflow.lite.python import schema_py_generated as fb
+
+    sub = fb.Model.GetRootAs(data, 0).Subgraphs(0)
+    return [sub.Tensors(sub.Inputs(i)).Name().decode() for i in range(sub.InputsLength())]
+
+
 class MixedQuantizer:
     """Quantise one float ``.tflite`` under many plans; calibrated once.
 
     ``calibration``: samples keyed by the float file's signature input names.
     ``int16_reduce_max``: the target runs REDUCE_MAX on int16 (:func:`integer_reduce_max`).
+    ``float_io``: float input and output, else integer (:func:`io_recipe`).
     """
 
     def __init__(self, float_tflite: bytes, calibration: Sequence[Mapping[str, np.ndarray]],
-                 signature: str = "serving_default", int16_reduce_max: bool = False) -> None:
+                 signature: str = "serving_default", int16_reduce_max: bool = False,
+                 float_io: bool = False) -> None:
         from ai_edge_quantizer import calibrator, quantizer
         from ai_edge_quantizer.utils import qsv_utils
 
@@ -114,6 +154,8 @@ class MixedQuantizer:
         self.float_path = Path(self._tmp.name) / "float.tflite"
         self.float_path.write_bytes(float_tflite)
         self.ops = ops_of(float_tflite)
+        self.inputs = graph_inputs(float_tflite)
+        self.float_io = float_io
         self.int16_reduce_max = int16_reduce_max
         self._q = quantizer.Quantizer(str(self.float_path))
         self._q.load_quantization_recipe(recipe({}))
@@ -126,19 +168,25 @@ class MixedQuantizer:
                         self._q._recipe_manager)
         self._stats = calib.get_model_qsvs()
 
-    def build(self, precisions: Mapping[str, str], inline: bool = True) -> bytes:
+    def build(self, precisions: Mapping[str, str], inline: bool = True,
+              quantizer_io: bool = False) -> bytes:
         """The ``.tflite`` of a plan: ``precisions`` maps op scopes to ``16x8``/``float``; every
-        other op int8 (int8 input/output). Its constants are inside the flatbuffer
+        other op int8; integer input/output, int16 where a 16x8 op reads or makes it, or float
+        (``float_io``, :func:`io_recipe`). Its constants are inside the flatbuffer
         (:func:`inline_buffers`), so TFLite Micro runs it, and a REDUCE_MAX the quantizer left
         float is integer (:func:`integer_reduce_max`); ``inline=False`` gives the quantizer's
-        own bytes (large buffers stored by offset, REDUCE_MAX float), for diagnosis."""
-        self._q.load_quantization_recipe(recipe(precisions))
+        own bytes (large buffers stored by offset, REDUCE_MAX float), for diagnosis;
+        ``quantizer_io=True`` the quantizer's own input and output (int8 input), for comparison."""
+        io = [] if quantizer_io else io_recipe(precisions, self.ops, self.inputs, self.float_io)
+        self._q.load_quantization_recipe(recipe(precisions) + io)
         import contextlib
         import sys
 
         # the quantizer prints its model sizes on stdout, which --json keeps for the report
         with contextlib.redirect_stdout(sys.stderr):
             data = bytes(self._q.quantize(self._stats).quantized_model)
+        if self.float_io and not quantizer_io:
+            data = dequantize_outputs(data)
         if not inline:
             return data
         return integer_reduce_max(inline_buffers(data),
@@ -147,6 +195,53 @@ class MixedQuantizer:
 
     def close(self) -> None:
         self._tmp.cleanup()
+
+
+def dequantize_outputs(data: bytes) -> bytes:
+    """The file with a DEQUANTIZE to float after each integer graph output (the output then is
+    the DEQUANTIZE's float tensor, under the old name); ``data`` itself when every output is
+    float. Why: the AI Edge Quantizer (0.10.0) given float output (``no_quantize`` on its
+    ``OUTPUT``) adds the DEQUANTIZE after an int8 output but leaves an int16 one int16. Exact:
+    the DEQUANTIZE is the runtime's own ``(q - zero_point) * scale``, what the caller of an
+    integer output computes."""
+    from tensorflow.lite.python import schema_py_generated as fb
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(data))
+    sub = model.subgraphs[0]
+    todo = [k for k, t in enumerate(sub.outputs)
+            if sub.tensors[t].type in (fb.TensorType.INT8, fb.TensorType.INT16)]
+    if not todo:
+        return data
+    code = next((i for i, c in enumerate(model.operatorCodes)
+                 if max(int(c.builtinCode), int(c.deprecatedBuiltinCode))
+                 == fb.BuiltinOperator.DEQUANTIZE), None)
+    if code is None:
+        c = fb.OperatorCodeT()
+        c.builtinCode = c.deprecatedBuiltinCode = fb.BuiltinOperator.DEQUANTIZE
+        c.version = 1
+        model.operatorCodes.append(c)
+        code = len(model.operatorCodes) - 1
+    moved = {}
+    for k in todo:
+        src = sub.tensors[sub.outputs[k]]
+        empty = fb.BufferT()
+        model.buffers.append(empty)
+        out = fb.TensorT()
+        out.name, src.name = src.name, (src.name or b"") + b"_int"
+        out.shape, out.shapeSignature = copy.copy(src.shape), copy.copy(src.shapeSignature)
+        out.type, out.buffer = fb.TensorType.FLOAT32, len(model.buffers) - 1
+        sub.tensors.append(out)
+        op = fb.OperatorT()
+        op.opcodeIndex, op.inputs = code, [sub.outputs[k]]
+        op.outputs = [len(sub.tensors) - 1]
+        sub.operators.append(op)
+        moved[sub.outputs[k]] = len(sub.tensors) - 1
+        sub.outputs[k] = len(sub.tensors) - 1
+    for sig in model.signatureDefs or []:
+        for t in sig.outputs or []:
+            t.tensorIndex = moved.get(t.tensorIndex, t.tensorIndex)
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 
 def integer_reduce_max(data: bytes, keep: Collection[str] = (), int16: bool = False) -> bytes:

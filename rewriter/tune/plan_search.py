@@ -13,8 +13,7 @@ round (1, 2, 4, ...). When a round meets the target, the promotions of that roun
 its accuracy and cost (``cost``: Vela's estimate for Ethos-U, the file size elsewhere), so the
 report shows what each promotion costs. When the promotions have not reached the target (every
 allowed op promoted), each whole-model file given (``whole``: e.g. the TFLite converter's 16x8
-file, int16 input and output, which the quantizer's plans are not: their input and output stay
-int8) is measured and costed as one more candidate. When nothing reaches the target, the best
+file) is measured and costed as one more candidate. When nothing reaches the target, the best
 plan is returned with ``met`` False. A plan the runtime cannot run (TFLite Micro aborts on it) is
 kept with its error and never chosen.
 
