@@ -63,3 +63,35 @@ def test_edgetpu_plan_picks_it_for_the_mul_the_converter_would_fuse():
 
     before, _ = rewritten(hard_swish, RULE)
     assert "hard_swish_unfused" in plan(before, load_target("edgetpu"), "int8").rules
+
+
+def test_ethos_u_16x8_job_unfuses_it_and_vela_places_every_op(tmp_path, cli):
+    """Vela's HARD_SWISH takes 8-bit input only and the converter has no 16x8 HARD_SWISH (it
+    refused the file: "Quantization to 16x8-bit not yet supported for op: 'HARD_SWISH'"): with
+    ``--quantize 16x8`` on ethos-u55-128 the planner unfuses it, and every op runs on the NPU."""
+    import json
+
+    import numpy as np
+
+    from rewriter.rewrite.planner import plan
+    from rewriter.targets import load_target
+
+    before, _ = rewritten(hard_swish, RULE)
+    ethos = load_target("ethos-u55-128")
+    assert "hard_swish_unfused" in plan(before, ethos, "16x8").rules
+    assert "hard_swish_unfused" not in plan(before, ethos, "int8").rules  # int8: Vela's LUT
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8, 8, 3), batch_size=1)
+    x = keras.layers.Activation("hard_swish")(keras.layers.Conv2D(8, 3, padding="same")(inp))
+    x = keras.layers.Conv2D(4, 3, padding="same")(x)
+    keras.Model(inp, keras.layers.Activation("hard_swish")(x)).save(tmp_path / "m.keras")
+    np.save(tmp_path / "cal.npy", np.random.default_rng(1).normal(0, 2, (16, 8, 8, 3))
+            .astype(np.float32))
+    code, out, err = cli(tmp_path / "m.keras", "--target", "ethos-u55-128", "--quantize", "16x8",
+                         "--calibration", tmp_path / "cal.npy", "-o", tmp_path / "out", "-q")
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert code == 0, out + err
+    assert "hard_swish_unfused" in [r["rule"] for r in report["rules_applied"]]
+    assert "HARD_SWISH" not in report["artifact_ops"] and "MINIMUM" in report["artifact_ops"]
+    assert report["vela"]["cpu_ops"] == 0 and report["vela"]["npu_ops"] > 0, report["vela"]
