@@ -141,7 +141,7 @@ def one(name: str, target: str, args: Any, tmp: Path, log: Any) -> dict[str, Any
             files[mode] = data
             acc, top1 = accuracy(ref, run(data, held, runtime, tmp))
         except Exception as exc:  # recorded, the run goes on
-            row[mode] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[-1][:200]}"}
+            row[mode] = {"error": _why(exc)}
             log(f"{name} {target} converter {mode}: {row[mode]}")
             continue
         row[mode] = {"cosine": acc["out"], "top1": top1.get("out"), **vela_cost(data, tmp)}
@@ -159,7 +159,7 @@ def one(name: str, target: str, args: Any, tmp: Path, log: Any) -> dict[str, Any
         _search(row, mq, name, target, args, ref, held, runtime, cal, sig_in, flt, tmp, log,
                 files.get("16x8"))
     except Exception as exc:  # recorded, the run goes on (e.g. a runtime that refuses a plan)
-        row["plan"] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[-1][:200]}"}
+        row["plan"] = {"error": _why(exc)}
     finally:
         mq.close()
     log(f"{name} {target} plan: {row['plan']}")
@@ -214,10 +214,20 @@ def _allowed(target: str) -> Any:
     return lambda op: op not in ("QUANTIZE", "DEQUANTIZE") and bool(t.int16_kernel(op))
 
 
+def _why(exc: BaseException) -> str:
+    """``RuntimeError: <the message's last line>``, at most 200 characters of it."""
+    lines = [ln for ln in str(exc).splitlines() if ln.strip()] or [""]
+    return f"{type(exc).__name__}: {lines[-1][:200]}"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     out = ["| model | target | precision | cosine | top-1 | Vela ms | SRAM KiB | size KiB | "
            "CPU ops |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        if r.get("failed"):  # the model or its float file could not be made or measured
+            out.append(f"| {r['model']} | {r['target']} | every file | failed: {r['failed']} "
+                       "| | | | | |")
+            continue
         for key, label in (("int8", "int8 only"), ("16x8", "16x8 only"), ("plan", "plan"),
                            ("weights", "ceiling: int8 weights, float activations")):
             c = r.get(key)
@@ -289,7 +299,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="mixed_bench_") as tmp:
         for name in args.models.split(","):
             for target in args.targets.split(","):
-                rows.append(one(name, target, args, Path(tmp), log))
+                try:
+                    rows.append(one(name, target, args, Path(tmp), log))
+                except Exception as exc:  # a row saying why; the run goes on to the next
+                    rows.append({"model": name, "target": target, "failed": _why(exc)})
+                    log(f"{name} {target} failed: {rows[-1]['failed']}")
                 Path(f"{out}.json").write_text(json.dumps(rows, indent=1))
     md = (f"# Mixed precision: int8, 16x8 and the chosen plan at cosine >= {args.accuracy}\n\n"
           f"{_about(args)} {time.time() - start:.0f} s.\n\n{table(rows)}\n")
