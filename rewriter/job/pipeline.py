@@ -143,11 +143,13 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
         if skipped is None:
             attempt, recovery = _recover(ctx, attempt, bar)
     precision = None
-    if (until == "all" and opts.accuracy is not None and quantize == "int8"
-            and target.artifact == "tflite" and attempt.artifact is not None
-            and attempt.saved_model is not None and attempt.deployment is not None
-            and attempt.deployment.exported.ok
-            and _misses(attempt.artifact.comparison, opts.accuracy)):
+    if _wants_plan(ctx, attempt) and recovery is None and not target.no_16x8():
+        from rewriter.job.precision import ready_for_16x8
+
+        exclude = frozenset(retry.exclude) if retry is not None else frozenset()
+        attempt = ready_for_16x8(ctx, attempt, lambda: _attempt(ctx, exclude, for_16x8=True))
+    if _wants_plan(ctx, attempt):
+        assert attempt.deployment is not None and attempt.saved_model is not None
         from rewriter.job.precision import precision_plan
 
         precision, run = precision_plan(ctx, Path(attempt.deployment.exported.path),
@@ -249,17 +251,19 @@ def versus_plain(model: Model, target: Target, quantize: str, attempt: Attempt, 
 
 
 def _attempt(ctx: _Context, exclude: frozenset[str] = frozenset(),
-             approximate: frozenset[str] = frozenset()) -> Attempt:
+             approximate: frozenset[str] = frozenset(), for_16x8: bool = False) -> Attempt:
     """Plan and rewrite (rules in ``exclude`` not used; the nodes in ``approximate`` replaced
-    on purpose) and judge the rewritten graph; then, as far as ``ctx.until`` asks, verify it in
-    TF, export, check and run the artifact."""
+    on purpose; ``for_16x8``: the planner's, :func:`rewriter.rewrite.planner.plan`) and judge the
+    rewritten graph; then, as far as ``ctx.until`` asks, verify it in TF, export, check and run
+    the artifact."""
     from rewriter.rewrite.planner import plan_and_apply
 
     steps, target = ctx.steps, ctx.target
     with steps("rewrite", "planning and rewriting"):
         the_plan, result = plan_and_apply(ctx.model, target, ctx.quantize, ctx.opts.exact_only,
                                           exclude, data=ctx.data.calibration_samples
-                                          or ctx.data.samples, approximate=approximate)
+                                          or ctx.data.samples, approximate=approximate,
+                                          for_16x8=for_16x8)
     rewritten = result.model
     with steps("check_rewritten"):
         graph_after = target.check_graph(rewritten, ctx.quantize)
@@ -564,6 +568,15 @@ def _compare_rewritten(ref: Mapping[str, np.ndarray], test: Mapping[str, np.ndar
     from rewriter.verify.tolerance import DEFAULT_POLICY
 
     return compare_within(ref, test, DEFAULT_POLICY.for_rewrite(applied, ref, response), n)
+
+
+def _wants_plan(ctx: _Context, attempt: Attempt) -> bool:
+    """``--accuracy`` on an int8 ``.tflite`` whose artifact was made and misses it."""
+    return (ctx.until == "all" and ctx.opts.accuracy is not None and ctx.quantize == "int8"
+            and ctx.target.artifact == "tflite" and attempt.artifact is not None
+            and attempt.saved_model is not None and attempt.deployment is not None
+            and attempt.deployment.exported.ok
+            and _misses(attempt.artifact.comparison, ctx.opts.accuracy))
 
 
 def _misses(cmp: Comparison, target: float) -> bool:

@@ -24,6 +24,7 @@ for an integer one (an arg-max index map, ids), as the verdict judges it; the re
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,6 +174,32 @@ def _ceiling(evaluate: Any, flt: bytes, target: float, ctx: Any,
                 "reach it; only float weights (a CPU island, --quantize float16 on a target "
                 "that runs it) or weights fine-tuned for int8 (--recover, --qat) would"]
     return [f"{head} >= {target}: the activations' precision is what is missing"]
+
+
+def ready_for_16x8(ctx: Any, attempt: Any, again: Callable[[], Any]) -> Any:
+    """Before the search: where the target runs an op in int8 but has no 16x8 kernel for it
+    (TFLite Micro's MIRROR_PAD, Basic Pitch's CQT pads) and an exact rule replaces it by ops
+    that have one (:func:`rewriter.rewrite.planner.no_16x8_kernel`), the job is planned again
+    with those rules (``again``: the attempt with the planner's ``for_16x8``), so the ops it
+    feeds can be promoted with their producer; its files replace the first attempt's. The
+    first attempt is returned unchanged when no such rule applies; the int8 path of a job
+    without ``--accuracy`` (or whose int8 file meets it) never comes here."""
+    from rewriter.rewrite.planner import no_16x8_kernel
+
+    fixes = no_16x8_kernel(attempt.rewrite.model, ctx.target)
+    if not fixes:
+        return attempt
+    before = worst_reached(attempt.artifact.comparison)
+    redone = again()
+    n = sum(f.count for f in fixes)
+    ops = ", ".join(f"{f.count} {f.op} ({f.rule})" for f in fixes)
+    after = (f"{worst_reached(redone.artifact.comparison):.4f}" if redone.artifact is not None
+             else "not run")
+    redone.warnings.append(
+        f"--accuracy: {n} node(s) {ctx.target.title} runs in int8 but has no 16x8 kernel for "
+        f"were replaced by exact rules before the plan search ({ops}), so the ops they feed can "
+        f"read int16; the int8 file was made again (worst output {before:.4f} -> {after})")
+    return redone
 
 
 def precision_plan(ctx: Any, artifact_path: Path, saved_model: str, applied: Any,

@@ -10,7 +10,12 @@ approximate rule only when no exact one fits (never with ``exact_only``). An op'
 ``Plan.unfixable`` with the reason. Nodes named in ``approximate`` are planned as if the target
 lacked them, on purpose (``--accuracy``'s approximation move, :mod:`rewriter.job.approximate`:
 the target runs the op, but less accurately than a rule's stated bound); their fix's reason says
-so (:data:`ON_PURPOSE`). :func:`plan_and_apply` runs plan -> apply -> re-check in
+so (:data:`ON_PURPOSE`). With ``for_16x8`` (``--accuracy`` on an int8 target that runs 16x8,
+once int8 missed it), a node the target runs in int8 but has no 16x8 kernel for (TFLite Micro's
+MIRROR_PAD) is planned too, with exact rules only whose ops have 16x8 kernels
+(:func:`no_16x8_kernel`; reason :data:`FOR_16X8`): left in place, its consumers could not read
+an int16 input from it; no such rule, and it stays (the target runs it in int8).
+:func:`plan_and_apply` runs plan -> apply -> re-check in
 rounds on the one pass engine (:mod:`rewriter.rewrite.passes`). The planner is typed against
 :class:`PlanTarget`, which :class:`rewriter.targets.Target` satisfies; tests build their
 targets from tables (:func:`rewriter.targets.target_from_table`).
@@ -31,7 +36,7 @@ from rewriter.rules.base import Applied, Bound, Match, Reject, Rule
 if TYPE_CHECKING:  # pragma: no cover
     from rewriter.targets import GraphCheck, OpStatus
 
-__all__ = ["MAX_ROUNDS", "ON_PURPOSE", "Fix", "Plan", "PlanTarget", "Unfixable", "apply",
+__all__ = ["FOR_16X8", "MAX_ROUNDS", "ON_PURPOSE", "Fix", "Plan", "PlanTarget", "Unfixable", "apply",
            "choose_rules", "plan", "plan_and_apply"]
 
 
@@ -147,26 +152,38 @@ ON_PURPOSE = ("replaced on purpose (--accuracy): the target runs it, less accura
               "the rule's stated bound")
 
 
+#: Appended to the reason of a fix planned with ``for_16x8`` (:func:`no_16x8_kernel`).
+FOR_16X8 = ("; replaced by an exact rule so --accuracy can run the ops it feeds in 16x8 (the "
+            "target runs it in int8)")
+
+
 def plan(model: Model, target: PlanTarget, quantize: str, exact_only: bool = False,
          exclude: frozenset[str] | set[str] = frozenset(),
-         approximate: frozenset[str] | set[str] = frozenset()) -> Plan:
+         approximate: frozenset[str] | set[str] = frozenset(), for_16x8: bool = False) -> Plan:
     """Pick, for each op type the target lacks, the best rule the target can run.
 
     What the target lacks comes from ``target.check_graph`` (node level, so attribute limits
     such as Vela's depth-reduction MEAN count). Whether a rule's ``emits`` are runnable is asked
     per op type. Rules named in ``exclude`` are not considered (rules tried in an earlier round,
     see :func:`plan_and_apply`). Nodes named in ``approximate`` count as lacking (module
-    docstring).
+    docstring); with ``for_16x8``, the nodes of :func:`no_16x8_kernel` too.
     """
     lacking = _unsupported(model, target, quantize, approximate)
+    widen = _no_16x8(model, target, lacking) if for_16x8 else {}
     cache: dict[str, bool] = {}
+    cache16: dict[str, bool] = {}
     fixes: list[Fix] = []
     unfixable: list[Unfixable] = []
     chosen: list[str] = []
     matcher = _Matcher(model)
-    for op, (count, reason, nodes) in lacking.items():
+    for op, (count, reason, nodes) in [*lacking.items(), *widen.items()]:
         forms: dict[str, list[Rule]] = {}
-        rules, why = choose_rules(op, target, quantize, exact_only, cache, exclude, forms)
+        if op in widen:  # the target runs it in int8: an exact rule with 16x8 ops, or none
+            rules, why = choose_rules(op, target, "16x8", True, cache16, exclude, forms)
+            if not rules:
+                continue
+        else:
+            rules, why = choose_rules(op, target, quantize, exact_only, cache, exclude, forms)
         if not rules:
             unfixable.append(Unfixable(op, count, reason, why))
             continue
@@ -180,7 +197,7 @@ def plan(model: Model, target: PlanTarget, quantize: str, exact_only: bool = Fal
         chosen.extend(r.name for r in rules if r.name not in chosen)
     ordered = sorted((r for r in all_rules() if r.name in chosen),
                      key=lambda r: (r.order, r.sort_key()))
-    focus = {n: op for op in lacking for n in lacking[op][2]}
+    focus = {n: op for found in (lacking, widen) for op in found for n in found[op][2]}
     return Plan(target.name, quantize, exact_only,
                 [r.name for r in ordered], fixes, unfixable, focus)
 
@@ -253,6 +270,28 @@ class _Matcher:
             self._covered[rule.name] = {n for m in found for n in m.node_names}
             self._found[rule.name] = found
         return self._covered[rule.name], self._found[rule.name]
+
+
+def _no_16x8(model: Model, target: PlanTarget,
+             lacking: dict[str, tuple[int, str | None, list[str]]]
+             ) -> dict[str, tuple[int, str | None, list[str]]]:
+    """{TF op type: (count, reason, nodes)}: the nodes the target runs but has no 16x8 kernel
+    for (its ``16x8`` verdict's ``int16`` constraint), of op types not already ``lacking``."""
+    out: dict[str, tuple[int, str | None, list[str]]] = {}
+    for v in target.check_graph(model, "16x8").verdicts:
+        if (not v.supported and v.constraint == "int16" and v.op not in PLUMBING_OPS
+                and v.op not in lacking):
+            count, reason, nodes = out.get(v.op, (0, f"{v.reason}{FOR_16X8}", []))
+            out[v.op] = (count + 1, reason, [*nodes, v.node])
+    return out
+
+
+def no_16x8_kernel(model: Model, target: PlanTarget) -> list[Fix]:
+    """The fixes :func:`plan` with ``for_16x8`` adds for nodes the target runs in int8 but has
+    no 16x8 kernel for (the exact rules that replace them by ops that have one); [] when none
+    applies. ``target`` must run 16x8."""
+    extra = plan(model, target, "int8", True, for_16x8=True)
+    return [f for f in extra.fixes if f.reason and f.reason.endswith(FOR_16X8)]
 
 
 def _unsupported(model: Model, target: PlanTarget, quantize: str,
@@ -348,8 +387,8 @@ MAX_ROUNDS = 4
 def plan_and_apply(model: Model, target: PlanTarget, quantize: str, exact_only: bool = False,
                    exclude: frozenset[str] | set[str] = frozenset(),
                    data: Samples | None = None,
-                   approximate: frozenset[str] | set[str] = frozenset()
-                   ) -> tuple[Plan, RewriteResult]:
+                   approximate: frozenset[str] | set[str] = frozenset(),
+                   for_16x8: bool = False) -> tuple[Plan, RewriteResult]:
     """Plan, apply, and re-check until the target lacks nothing a rule not yet tried can fix.
 
     The first round runs the best rules (exact first). An op still unsupported afterwards is
@@ -358,7 +397,8 @@ def plan_and_apply(model: Model, target: PlanTarget, quantize: str, exact_only: 
     GELU, so the next round reaches the GELU rules. The returned plan lists the rules that
     fired, in order, with the fixes of every round and the ops that stayed unfixable. ``data``:
     the calibration samples, for rules fitted on the observed range of their input.
-    ``approximate``: nodes the target runs, planned on purpose (:func:`plan`).
+    ``approximate``: nodes the target runs, planned on purpose; ``for_16x8``: nodes it runs
+    in int8 only, replaced by exact rules where one fits (:func:`plan`).
     """
     tried = set(exclude)
     current = model
@@ -369,7 +409,8 @@ def plan_and_apply(model: Model, target: PlanTarget, quantize: str, exact_only: 
     iterations = 0
     first: Plan | None = None
     for round_no in range(1, MAX_ROUNDS + 1):
-        p = plan(current, target, quantize, exact_only, exclude=tried, approximate=approximate)
+        p = plan(current, target, quantize, exact_only, exclude=tried, approximate=approximate,
+                 for_16x8=for_16x8)
         first = first or p
         if p.empty:
             break
