@@ -251,7 +251,9 @@ def integer_reduce_max(data: bytes, keep: Collection[str] = (), int16: bool = Fa
     nothing else reads it); ``data`` itself when there is none. ``keep``: scopes the plan put in
     float, left alone. An int16 input (its producer in 16x8) is read as int16 only when ``int16``
     (the target has an int16 REDUCE_MAX: Vela does, TFLite Micro's takes float32 and int8 only);
-    else the REDUCE_MAX stays float.
+    else the DEQUANTIZE becomes a QUANTIZE int16 -> int8 at the REDUCE_MAX's output range
+    (:func:`_narrow`) and the REDUCE_MAX runs in int8 (it stayed float: a float island that the
+    tflm table refuses, 3 unsupported ops in Basic Pitch's delivered plan).
 
     Why. The AI Edge Quantizer (0.10.0) has no REDUCE_MAX in its policy: every plan leaves it
     float with a DEQUANTIZE before it and a QUANTIZE after, 3 CPU ops under Vela (Basic Pitch's
@@ -288,6 +290,12 @@ def integer_reduce_max(data: bytes, keep: Collection[str] = (), int16: bool = Fa
                 or not all(code(r) == fb.BuiltinOperator.QUANTIZE for r in readers.get(out, []))):
             continue
         a = deq.inputs[0]
+        if (sub.tensors[a].type == fb.TensorType.INT16 and not int16 and src not in graph_io
+                and all(r is op for r in readers.get(src, [])) and readers.get(out)):
+            _narrow(deq, sub.tensors[src], op, sub.tensors[out],
+                    sub.tensors[readers[out][0].outputs[0]], readers[out][0].opcodeIndex)
+            changed = True
+            continue
         if sub.tensors[a].type not in ((fb.TensorType.INT8, fb.TensorType.INT16) if int16
                                        else (fb.TensorType.INT8,)):
             continue
@@ -302,6 +310,25 @@ def integer_reduce_max(data: bytes, keep: Collection[str] = (), int16: bool = Fa
         return data
     sub.operators = [op for op in sub.operators if all(op is not d for d in drop)]
     return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+
+
+def _narrow(deq: Any, src: Any, op: Any, out: Any, read: Any, quantize: int) -> None:
+    """REDUCE_MAX ``op`` in int8 where its input is int16 and the target has no int16 one: the
+    DEQUANTIZE ``deq`` (int16 -> float ``src``) becomes a QUANTIZE (opcode index ``quantize``)
+    to int8 at the quantisation of ``read`` (the first QUANTIZE after the max: its calibrated
+    output range; derived symmetric from it when that is int16), and ``out`` takes it too.
+    Exact but for rounding: clamping and rounding are monotone, so the max of the int8 values is
+    the int8 of the max; the QUANTIZEs after it requantise int8."""
+    from tensorflow.lite.python import schema_py_generated as fb
+
+    q = copy.deepcopy(read.quantization)
+    if read.type == fb.TensorType.INT16:  # symmetric int16 -> the same range in int8
+        q.scale = [float(v) * 32767.0 / 127.0 for v in q.scale]
+        q.zeroPoint = [0 for _ in q.scale]
+    deq.opcodeIndex = quantize
+    deq.builtinOptionsType, deq.builtinOptions = 0, None
+    for t in (src, out):
+        t.type, t.quantization = fb.TensorType.INT8, copy.deepcopy(q)
 
 
 #: Alignment of constant data in the flatbuffer (the schema's ``force_align: 16`` on
