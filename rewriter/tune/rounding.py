@@ -115,11 +115,12 @@ def _const(model: Any, data: bytes, t: Any, dtype: Any) -> np.ndarray | None:
     return np.frombuffer(raw, dtype).reshape(tuple(t.shape)).copy()
 
 
-def _layers(quant: bytes, flt: bytes) -> list[_Layer]:
-    """The quantised file's int8-weight layers, each with its float twin (module docstring)."""
+def _layers(quant: bytes, fm: Any, flt: bytes) -> list[_Layer]:
+    """The quantised file's int8-weight layers, each with its float twin (module docstring);
+    ``fm``: the float file ``flt`` parsed."""
     from tensorflow.lite.python import schema_py_generated as fb
 
-    qm, fm = _model(quant), _model(flt)
+    qm = _model(quant)
     qs, fs = qm.subgraphs[0], fm.subgraphs[0]
     qnames, fnames = _op_names(qm), _op_names(fm)
     q_ops = [(k, op) for k, op in enumerate(qs.operators) if qnames[k] in _LAYER_OPS]
@@ -315,50 +316,99 @@ def _solve(layer: _Layer, h: np.ndarray, damp: float) -> tuple[np.ndarray, np.nd
     return rows, np.clip(np.rint(rows), -127, 127), descend(rows, gptq(rows, h, damp), h), h
 
 
+class Rounder:
+    """GPTQ for every quantised file of one float file (module docstring): the float file's
+    activations are read once (one LiteRT pass over ``calibration``, samples keyed by its
+    signature input names), and each layer's solution is kept by its float op and weight
+    scales, so rounding many plans of one model solves each layer once. ``last``: what the
+    latest call did, per layer."""
+
+    def __init__(self, float_tflite: bytes, calibration: Sequence[Mapping[str, np.ndarray]],
+                 bias: bool = True, damp: float = DAMP) -> None:
+        self.float_tflite = float_tflite
+        self.calibration = list(calibration)
+        self.bias, self.damp = bias, damp
+        self._fm = _model(float_tflite)
+        self._acts: dict[str, list[np.ndarray]] | None = None
+        self._solved: dict[tuple[int, bytes], tuple[np.ndarray, np.ndarray,
+                                                     LayerRounding]] = {}
+        self.last: list[LayerRounding] = []
+
+    def _activations(self) -> dict[str, list[np.ndarray]]:
+        """Float input tensor name -> its value per calibration sample, for every layer op."""
+        if self._acts is not None:
+            return self._acts
+        from rewriter.verify.int8_layers import _Tensors
+
+        sub = self._fm.subgraphs[0]
+        names = _op_names(self._fm)
+        inputs = {_name(sub, op.inputs[0]) for k, op in enumerate(sub.operators)
+                  if names[k] in _LAYER_OPS}
+        with tempfile.TemporaryDirectory(prefix="rewriter-round-") as tmp:
+            path = Path(tmp) / "float.tflite"
+            path.write_bytes(self.float_tflite)
+            tensors = _Tensors(path)
+            index = {d["name"]: i for i, d in tensors.details.items() if d["name"] in inputs}
+            self._acts = {n: [] for n in index}
+            for feeds in self.calibration:
+                got = tensors.run(feeds, list(index.values()))
+                for n, i in index.items():
+                    self._acts[n].append(got[i].astype(np.float32))
+        return self._acts
+
+    def _solve(self, lay: _Layer) -> tuple[np.ndarray, np.ndarray, LayerRounding] | None:
+        """(integer rows, bias shift per output channel in real units, report), cached."""
+        key = (int(lay.f_op.outputs[0]), lay.scale.tobytes())
+        if key not in self._solved:
+            sub = self._fm.subgraphs[0]
+            xs = self._activations().get(_name(sub, lay.f_op.inputs[0]))
+            if xs is None:
+                return None
+            h, mean = _statistics(lay, sub, [x.astype(np.float64) for x in xs])
+            rows, nearest, rounded, hr = _solve(lay, h, self.damp)
+            before = _err(rows - nearest, rows, hr)
+            after = _err(rows - rounded, rows, hr)
+            kept = after < before
+            if not kept:
+                rounded = nearest
+            delta = (rows - rounded) * lay.scale[:, None]   # real units, (channels, inputs)
+            if lay.op == "DEPTHWISE_CONV_2D":
+                cout = rows.shape[0]
+                shift = np.einsum("ck,ck->c", delta,
+                                  mean[np.arange(cout) // (cout // mean.shape[0])])
+            else:
+                shift = delta @ mean
+            self._solved[key] = (rounded, shift, LayerRounding(
+                lay.op, lay.name, int(rows.size), int(np.sum(rounded != nearest)), before,
+                after if kept else before, kept))
+        return self._solved[key]
+
+    def __call__(self, quant: bytes) -> bytes:
+        """``quant`` with every matched layer's weights rounded (and with ``bias``, its bias
+        moved); ``quant`` itself when no layer matched."""
+        out = bytearray(quant)
+        self.last = []
+        for lay in _layers(quant, self._fm, self.float_tflite):
+            got = self._solve(lay)
+            if got is None:
+                continue
+            rounded, shift, report = got
+            self.last.append(report)
+            if not report.kept:
+                continue
+            _write(out, lay, rounded)
+            if self.bias:
+                _correct_bias(out, lay, shift)
+        return bytes(out) if self.last else quant
+
+
 def round_weights(quant: bytes, float_tflite: bytes,
-                  calibration: Sequence[Mapping[str, np.ndarray]], bias: bool = False,
+                  calibration: Sequence[Mapping[str, np.ndarray]], bias: bool = True,
                   damp: float = DAMP) -> tuple[bytes, list[LayerRounding]]:
     """``quant`` with each matched layer's int8 weights chosen by GPTQ on the float file's
-    activations over ``calibration`` (samples keyed by the float file's signature input
-    names), and per layer what it did (module docstring). ``quant`` itself when no layer
-    matched."""
-    from rewriter.verify.int8_layers import _Tensors
-
-    layers = _layers(quant, float_tflite)
-    if not layers:
-        return quant, []
-    fsub = _model(float_tflite).subgraphs[0]
-    with tempfile.TemporaryDirectory(prefix="rewriter-round-") as tmp:
-        path = Path(tmp) / "float.tflite"
-        path.write_bytes(float_tflite)
-        tensors = _Tensors(path)
-        index = {d["name"]: i for i, d in tensors.details.items()}
-        wanted = {id(lay): index.get(_name(fsub, lay.f_op.inputs[0])) for lay in layers}
-        layers = [lay for lay in layers if wanted[id(lay)] is not None]
-        need = sorted({wanted[id(lay)] for lay in layers})
-        acts: dict[int, list[np.ndarray]] = {i: [] for i in need}
-        for feeds in calibration:
-            got = tensors.run(feeds, need)
-            for i in need:
-                acts[i].append(got[i].astype(np.float64))
-        del tensors
-    out = bytearray(quant)
-    report = []
-    for lay in layers:
-        h, mean = _statistics(lay, fsub, acts[wanted[id(lay)]])
-        rows, nearest, rounded, hr = _solve(lay, h, damp)
-        before = _err(rows - nearest, rows, hr)
-        after = _err(rows - rounded, rows, hr)
-        kept = after < before
-        report.append(LayerRounding(lay.op, lay.name, int(rows.size),
-                                    int(np.sum(rounded != nearest)) if kept else 0,
-                                    before, after if kept else before, kept))
-        if not kept:
-            continue
-        _write(out, lay, rounded)
-        if bias:
-            _correct_bias(out, lay, rows, rounded, mean)
-    return bytes(out), report
+    activations over ``calibration``, and per layer what it did (:class:`Rounder`)."""
+    rounder = Rounder(float_tflite, calibration, bias, damp)
+    return rounder(quant), rounder.last
 
 
 def _buffer_view(data: bytearray, tensor_index: int, dtype: Any) -> np.ndarray | None:
@@ -388,9 +438,9 @@ def _write(data: bytearray, lay: _Layer, rows: np.ndarray) -> None:
     view[:] = values.astype(np.int8).ravel()
 
 
-def _correct_bias(data: bytearray, lay: _Layer, rows: np.ndarray, rounded: np.ndarray,
-                  mean: np.ndarray) -> None:
-    """Move the integer bias by the mean output shift ``(W - sQ) mean(X)`` per channel."""
+def _correct_bias(data: bytearray, lay: _Layer, shift: np.ndarray) -> None:
+    """Move the integer bias by ``shift`` (the mean output shift ``(W - sQ) mean(X)`` per
+    output channel, real units) in the bias's own scale."""
     from tensorflow.lite.python import schema_py_generated as fb
 
     if len(lay.q_op.inputs) < 3 or lay.q_op.inputs[2] < 0:
@@ -402,16 +452,9 @@ def _correct_bias(data: bytearray, lay: _Layer, rows: np.ndarray, rounded: np.nd
     if dtype is None or q is None or q.ScaleLength() == 0:
         return
     bscale = q.ScaleAsNumpy().astype(np.float64)
-    delta = (rows - rounded) * lay.scale[:, None]          # real units, (channels, inputs)
-    if lay.op == "DEPTHWISE_CONV_2D":
-        cout = rows.shape[0]
-        shift = np.einsum("ck,ck->c", delta, mean[np.arange(cout) // (cout // mean.shape[0])])
-    else:
-        shift = delta @ mean
     view = _buffer_view(data, lay.q_op.inputs[2], dtype)
     if view is None or view.size != shift.size:
         return
     info = np.iinfo(dtype)
     view[:] = np.clip(view.astype(np.float64) + np.rint(shift / bscale), info.min,
                       info.max).astype(dtype)
-
