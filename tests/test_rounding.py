@@ -193,3 +193,44 @@ def test_gptq_and_descent_on_a_known_problem():
     hb = np.broadcast_to(h, (64, 2, 2))  # one H per row (the depthwise form): the same answer
     np.testing.assert_array_equal(gptq(w, hb), q)
 
+
+
+def test_the_search_keeps_a_rounded_plan_only_when_better_on_held_out_data(files):
+    """Rounding as a move of the plan search: the all-16x8 plan rounded is kept (better on the
+    held-out images it never saw), the int8 baseline the result reports is the plain one; a
+    refinement that makes a plan worse is dropped."""
+    from rewriter.tune.mixed import MixedQuantizer
+    from rewriter.tune.plan_search import accuracy, search
+    from rewriter.tune.rounding import Rounder
+
+    _, flt, _, _, _, cal, held, tmp = files
+    name = LiteRTRunner(tmp / "float.tflite").inputs[0].name
+    ref = [LiteRTRunner(tmp / "float.tflite").run({name: x[None]}) for x in held]
+    counter = iter(range(1000))
+
+    def evaluate(data: bytes):
+        path = tmp / f"plan{next(counter)}.tflite"
+        path.write_bytes(data)
+        runner = LiteRTRunner(path)
+        return accuracy(ref, [runner.run({name: x[None]}) for x in held])
+
+    feeds = [{name: x[None]} for x in cal]
+    mq = MixedQuantizer(flt, feeds)
+    try:
+        worse = mq.build({})
+        res = search(mq, evaluate, lambda d: {"size_kib": len(d) / 1024}, 0.9999999,
+                     feeds[:4], lambda op: op not in ("QUANTIZE", "DEQUANTIZE"),
+                     refine=Rounder(flt, feeds))
+        dropped = search(mq, evaluate, lambda d: {"size_kib": len(d) / 1024}, 0.9999999,
+                         feeds[:4], lambda op: op not in ("QUANTIZE", "DEQUANTIZE"),
+                         refine=lambda d: worse)
+    finally:
+        mq.close()
+    best = res.best
+    assert best.refined["kept"] and best.data is not None and best.base is not None
+    assert best.worst == best.refined["after"] > best.refined["before"] == best.base.worst
+    assert res.int8.refined is None  # the plain int8 plan
+    assert best.to_json()["refined"]["kept"]
+    assert not dropped.best.refined or not dropped.best.refined["kept"]
+    assert dropped.best.data is None
+    assert any(t.refined and not t.refined["kept"] for t in dropped.trials)

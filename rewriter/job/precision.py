@@ -77,6 +77,9 @@ class PrecisionPlan:
         r = self.result
         n = len(r.best.promoted)
         plan = r.best.label or f"{n} of {len(r.layers)} ops in 16x8"
+        rounded = r.best.refined if r.best.refined and r.best.refined["kept"] else None
+        plan += (f", weights rounded by GPTQ on the calibration data (worst output "
+                 f"{rounded['before']:.4f} -> {rounded['after']:.4f})" if rounded else "")
         head = (f"--accuracy {self.target}: {'met' if r.met else 'not met'} with {plan} "
                 f"({reached_text(r)})")
         cost = ", ".join(f"{k} {self.int8_file.get(k)} -> {v}" for k, v in self.plan_file.items()
@@ -155,8 +158,9 @@ def whole_16x8(saved_model: str, calibration: list[dict[str, Any]],
 
 def _ceiling(evaluate: Any, flt: bytes, target: float, ctx: Any,
              criteria: dict[str, str]) -> list[str]:
-    """What bounds every plan: the float file with only its weights rounded to int8 (per
-    channel), run like the plans; one sentence, or none when it cannot be measured."""
+    """What bounds every plan with weights rounded to nearest: the float file with only its
+    weights so rounded to int8 (per channel), run like the plans; one sentence, or none when it
+    cannot be measured. (GPTQ rounding, a move of the search, can pass it.)"""
     from rewriter.tune.mixed import int8_weights_only
 
     with ctx.steps("precision_ceiling", "measuring the int8 weights alone"):
@@ -170,9 +174,10 @@ def _ceiling(evaluate: Any, flt: bytes, target: float, ctx: Any,
     head = (f"the {count} conv/dense weight tensors alone in int8 (per channel, activations "
             f"float) give worst output {worst:.4f} ({each})")
     if worst < target:
-        return [f"{head} < {target}: no plan with int8 weights (every int8 or 16x8 plan) can "
-                "reach it; only float weights (a CPU island, --quantize float16 on a target "
-                "that runs it) or weights fine-tuned for int8 (--recover, --qat) would"]
+        return [f"{head} < {target}: no plan with int8 weights rounded to nearest can reach "
+                "it, and the search's GPTQ rounding of them did not either; only float weights "
+                "(a CPU island, --quantize float16 on a target that runs it) or weights "
+                "fine-tuned for int8 (--recover, --qat) would"]
     return [f"{head} >= {target}: the activations' precision is what is missing"]
 
 
@@ -210,6 +215,7 @@ def precision_plan(ctx: Any, artifact_path: Path, saved_model: str, applied: Any
 
     from rewriter.tune.mixed import MixedQuantizer
     from rewriter.tune.plan_search import criteria, search
+    from rewriter.tune.rounding import Rounder
     from rewriter.verify.runners import LiteRTRunner
 
     target, opts = ctx.target, ctx.opts
@@ -251,7 +257,7 @@ def precision_plan(ctx: Any, artifact_path: Path, saved_model: str, applied: Any
                 result = search(mq, evaluate, cost, opts.accuracy, cal[:8],
                                 lambda op: op not in ("QUANTIZE", "DEQUANTIZE")
                                 and target.int16_kernel(op), whole=whole,
-                                criteria=criteria(ctx.reference))
+                                criteria=criteria(ctx.reference), refine=Rounder(flt, cal))
             plan_bytes = (result.best.data if result.best.data is not None else
                           mq.build({s: "16x8" for s in result.best.promoted}))
         finally:
@@ -266,7 +272,8 @@ def precision_plan(ctx: Any, artifact_path: Path, saved_model: str, applied: Any
                      "float ops on the host or a model change would"]
         if not result.met:
             needs = _ceiling(evaluate, flt, opts.accuracy, ctx, result.criteria) + needs
-        better = result.best.worst > result.int8.worst and result.best.promoted
+        better = result.best.worst > result.int8.worst and (result.best.promoted
+                                                            or result.best.refined)
         on_chip = (plan_cost.get("cpu_ops") or 0) <= (int8_cost.get("cpu_ops") or 0)
         plan = PrecisionPlan(opts.accuracy, result, bool(better and on_chip), int8_cost,
                              plan_cost, needs)

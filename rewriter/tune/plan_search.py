@@ -17,6 +17,13 @@ file) is measured and costed as one more candidate. When nothing reaches the tar
 plan is returned with ``met`` False. A plan the runtime cannot run (TFLite Micro aborts on it) is
 kept with its error and never chosen.
 
+``refine`` (a move every candidate can take; e.g. :class:`rewriter.tune.rounding.Rounder`, GPTQ
+weight rounding on the calibration data): each plan and whole-model file measured is also
+refined and measured the same way, and the refined file replaces it only when its worst output
+is higher on the held-back data ``evaluate`` measures, which the refinement never saw; the trial
+says so (``refined``: the worst output before and after). The int8 baseline the result reports
+is the plain one.
+
 Each output is judged by its own criterion (:func:`rewriter.verify.metrics.reached`): a float
 output by its cosine, an integer output (an arg-max index map, ids) by its index agreement (the
 share of indices equal to the reference's; a cosine of class numbers means nothing). The target
@@ -48,7 +55,10 @@ class Trial:
     top1: dict[str, float] = field(default_factory=dict)  # classifiers: top-1 agreement
     label: str = ""                      # a whole-model file's name; "" for a quantizer plan
     error: str | None = None             # the runtime could not run it
-    data: bytes | None = field(default=None, repr=False)  # a whole-model file's bytes
+    data: bytes | None = field(default=None, repr=False)  # a whole-model or refined file
+    #: ``refine`` tried on this plan: {"kept", "before", "after"} (worst outputs)
+    refined: dict[str, Any] | None = None
+    base: Trial | None = field(default=None, repr=False)  # the plan before a kept refinement
 
     @property
     def worst(self) -> float:
@@ -61,6 +71,8 @@ class Trial:
             out["label"] = self.label
         if self.error:
             out["error"] = self.error
+        if self.refined:
+            out["refined"] = self.refined
         return out
 
 
@@ -185,7 +197,8 @@ def search(mq: MixedQuantizer, evaluate: Callable[[bytes], tuple[dict[str, float
            probe: Sequence[Mapping[str, np.ndarray]], allowed: Callable[[str], bool],
            max_rounds: int = 12, log: Callable[[str], None] = lambda s: None,
            whole: Mapping[str, bytes] | None = None,
-           criteria: Mapping[str, str] | None = None) -> SearchResult:
+           criteria: Mapping[str, str] | None = None,
+           refine: Callable[[bytes], bytes] | None = None) -> SearchResult:
     """The cheapest plan found whose every output reaches ``target`` by its own criterion
     (``criteria``, output -> ``cosine`` or ``index agreement``, as ``evaluate`` measured it;
     module docstring)."""
@@ -193,6 +206,26 @@ def search(mq: MixedQuantizer, evaluate: Callable[[bytes], tuple[dict[str, float
     order: list[str] = []   # promotion order
 
     def judge(key: tuple[str, ...], data: bytes, label: str = "") -> Trial:
+        trial = judge_once(key, data, label)
+        if refine is None or trial.error is not None:
+            return trial
+        try:
+            better = refine(data)
+        except Exception as exc:  # the move is skipped, the plan stands
+            log(f"refine failed: {type(exc).__name__}: {str(exc).splitlines()[:1]}")
+            return trial
+        if better == data:
+            return trial
+        other = judge_once(key, better, (label + " " if label else "") + "refined")
+        kept = other.error is None and other.worst > trial.worst
+        info = {"kept": kept, "before": trial.worst, "after": other.worst}
+        if not kept:
+            trial.refined = info
+            return trial
+        other.label, other.data, other.refined, other.base = label, better, info, trial
+        return other
+
+    def judge_once(key: tuple[str, ...], data: bytes, label: str = "") -> Trial:
         try:
             acc, top1 = evaluate(data)
         except Exception as exc:  # e.g. TFLite Micro aborted: kept as a trial, never chosen
@@ -257,10 +290,11 @@ def search(mq: MixedQuantizer, evaluate: Callable[[bytes], tuple[dict[str, float
         if met:
             break
         trial = judge(tuple(op.scope for op in mq.ops), data, label)
-        trial.data = data
+        trial.data = trial.data if trial.data is not None else data
         trials.append(trial)
         if trial.error is None and (trial.worst > best.worst or trial.worst >= target):
             best, met = trial, trial.worst >= target
     layers = [{"index": op.index, "op": op.op, "scope": op.scope,
                "precision": "16x8" if op.scope in best.promoted else "int8"} for op in mq.ops]
-    return SearchResult(target, met, best, int8, trials, layers, dict(criteria or {}))
+    return SearchResult(target, met, best, int8.base or int8, trials, layers,
+                        dict(criteria or {}))
