@@ -154,10 +154,20 @@ def one(name: str, target: str, args: Any, tmp: Path, log: Any) -> dict[str, Any
     log(f"{name} {target} int8 weights only: {row['weights']}")
     row["converter_cache"] = CONVERTED[first:]
     sig_in = run_input_name(flt, tmp)
+    from rewriter.tune.rounding import Rounder
+
+    # GPTQ weight rounding on the calibration images (the search's move, as the job's)
+    rounder = Rounder(flt, [{sig_in: x[None]} for x in cal])
+    if "16x8" in files:
+        rounded = rounder(files["16x8"])
+        acc, top1 = accuracy(ref, run(rounded, held, runtime, tmp))
+        row["16x8_rounded"] = {"cosine": acc["out"], "top1": top1.get("out"),
+                               **vela_cost(rounded, tmp)}
+        log(f"{name} {target} converter 16x8, weights rounded: {row['16x8_rounded']}")
     mq = MixedQuantizer(flt, [{sig_in: x[None]} for x in cal])
     try:
         _search(row, mq, name, target, args, ref, held, runtime, cal, sig_in, flt, tmp, log,
-                files.get("16x8"))
+                files.get("16x8"), rounder)
     except Exception as exc:  # recorded, the run goes on (e.g. a runtime that refuses a plan)
         row["plan"] = {"error": _why(exc)}
     finally:
@@ -168,7 +178,7 @@ def one(name: str, target: str, args: Any, tmp: Path, log: Any) -> dict[str, Any
 
 def _search(row: dict[str, Any], mq: Any, name: str, target: str, args: Any, ref: Any,
             held: Any, runtime: str, cal: Any, sig_in: str, flt: bytes, tmp: Path,
-            log: Any, whole16: bytes | None) -> None:
+            log: Any, whole16: bytes | None, rounder: Any = None) -> None:
     from rewriter.job.precision import WHOLE_16X8
     from rewriter.tune.mixed import float_ops, ops_of
     from rewriter.tune.plan_search import accuracy, search
@@ -184,7 +194,8 @@ def _search(row: dict[str, Any], mq: Any, name: str, target: str, args: Any, ref
                      lambda d: vela_cost(d, tmp) if target.startswith("ethos") else
                      {"size_kib": round(len(d) / 1024, 1)},
                      args.accuracy, [{sig_in: x[None]} for x in cal[:args.probe]], allowed,
-                     log=lambda s: log(f"{name} {target} search: {s}"), whole=whole)
+                     log=lambda s: log(f"{name} {target} search: {s}"), whole=whole,
+                     refine=rounder)
         plan = (res.best.data if res.best.data is not None else
                 mq.build({s: "16x8" for s in res.best.promoted}))
         row["plan"] = {"cosine": res.best.accuracy.get("out", 0.0),
@@ -193,6 +204,7 @@ def _search(row: dict[str, Any], mq: Any, name: str, target: str, args: Any, ref
                        "whole": bool(res.best.label),
                        "ops": len(ops_of(flt)), "float_ops": float_ops(plan),
                        "promoted": [s.split(";")[0][-60:] for s in res.best.promoted],
+                       "rounded": res.best.refined,
                        **vela_cost(plan, tmp)}
         # the quantizer's all-int8 file
         row["aeq_int8"] = {"cosine": res.int8.accuracy.get("out"), "error": res.int8.error}
@@ -228,7 +240,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             out.append(f"| {r['model']} | {r['target']} | every file | failed: {r['failed']} "
                        "| | | | | |")
             continue
-        for key, label in (("int8", "int8 only"), ("16x8", "16x8 only"), ("plan", "plan"),
+        for key, label in (("int8", "int8 only"), ("16x8", "16x8 only"),
+                           ("16x8_rounded", "16x8 only, weights rounded by GPTQ"), ("plan", "plan"),
                            ("weights", "ceiling: int8 weights, float activations")):
             c = r.get(key)
             if not c:
@@ -239,8 +252,9 @@ def table(rows: list[dict[str, Any]]) -> str:
                 continue
             if key == "plan":
                 label = ("plan: whole model 16x8 (converter)" if c.get("whole") else
-                         f"plan: {c['ops_16x8']}/{c['ops']} ops 16x8") + ("" if c["met"]
-                                                                          else " (not met)")
+                         f"plan: {c['ops_16x8']}/{c['ops']} ops 16x8") + (
+                    ", weights rounded by GPTQ" if (c.get("rounded") or {}).get("kept") else ""
+                ) + ("" if c["met"] else " (not met)")
             top1 = "" if c.get("top1") is None else f"{c['top1']:.3f}"
             cost = " | ".join("" if c.get(k) is None else str(c[k])
                               for k in ("vela_ms", "sram_kib", "size_kib", "cpu_ops"))
@@ -257,9 +271,12 @@ def _about(args: Any) -> str:
             "only' and '16x8 only' are the TFLite converter, the plan is the search's choice "
             "(rewriter.tune.plan_search): the AI Edge Quantizer's file (rewriter.tune.mixed) or, "
             "where the target runs every op in 16x8, the converter's whole-model 16x8 file, a "
-            "candidate too. The ceiling: the float file with only its conv/dense weights rounded "
-            "to int8 per channel (LiteRT), which bounds every int8 and 16x8 plan. Weights drawn "
-            "with keras.utils.set_random_seed(0).")
+            "candidate too; every candidate is also tried with its int8 weights rounded by GPTQ "
+            "on the calibration images (rewriter.tune.rounding, kept when better on the "
+            "held-back images), and '16x8 only, weights rounded by GPTQ' is the converter's 16x8 "
+            "file so rounded. The ceiling: the float file with only its conv/dense weights "
+            "rounded to nearest int8 per channel (LiteRT), which bounds every int8 and 16x8 plan "
+            "with weights rounded to nearest. Weights drawn with keras.utils.set_random_seed(0).")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -249,9 +249,10 @@ def descend(w: np.ndarray, q: np.ndarray, h: np.ndarray, sweeps: int = 2) -> np.
             step[(2 * np.abs(g[:, j]) <= hjj) | (np.abs(q[:, j] + step) > 127)] = 0
             if not step.any():
                 continue
-            moved += int(np.count_nonzero(step))
-            q[:, j] += step
-            g += step[:, None] * (h[j] if hb is None else hb[:, j, :])
+            rows = np.flatnonzero(step)
+            moved += len(rows)
+            q[rows, j] += step[rows]
+            g[rows] += step[rows, None] * (h[j] if hb is None else hb[rows, j, :])
         if not moved:
             break
     return q
