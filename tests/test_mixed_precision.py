@@ -287,6 +287,8 @@ def test_accuracy_job_delivers_the_plan_int8_cannot_reach(cli, tmp_path, target,
             v.npu_ops, v.csv["sram_memory_used"])
     kinds = tensor_dtypes((out / "model.tflite").read_bytes())
     assert kinds.get("int16", 0) >= 1 and "float32" not in kinds
+    # its first op (Dense(8)) is in 16x8: it reads an int16 input, as the converter's 16x8 file
+    assert _io_types((out / "model.tflite").read_bytes())[0] == ["INT16"]
 
 
 @pytest.mark.slow
