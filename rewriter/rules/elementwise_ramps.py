@@ -25,8 +25,10 @@ from rewriter.rules._region import ELEMENTWISE, RegionFunction, grow_region
 from rewriter.rules._unary import RampRule, UnaryFunction
 from rewriter.rules.base import Match, Reject, tensor_shape
 
-#: Ops that are never the reason a target fails (plumbing), so never a seed.
-_NOT_SEEDS = frozenset({"Identity", "Cast"})
+#: Ops that are never the reason a target fails (plumbing), so never a seed. A Cast can be: a
+#: Cast from bool to float32 stays float in an int8 file (``x * cast(x > t)``, ThresholdedReLU),
+#: a float island TFLite Micro refuses (``rewriter.targets.predict._cast_to_float``).
+_NOT_SEEDS = frozenset({"Identity"})
 
 
 class ElementwiseRamps(RampRule):

@@ -101,8 +101,26 @@ def graph_facts(model: Model, target: LoweringTarget, quantize: str) -> list[OpF
             f = OpFacts(**{**base.__dict__, "op": t})
             f.dtype = f.out_dtype = tf_level_dtype(t, base.dtype, quantize, target.artifact)
             mark_float_island(f, quantize, target.artifact)
+            if tflite and node.op == "Cast":
+                _cast_to_float(node, f, quantize)
             out.append(f)
     return out
+
+
+def _cast_to_float(node: Any, f: OpFacts, quantize: str) -> None:
+    """A Cast from an integer or bool tensor to float32 stays float32 in a quantized file: the
+    converter has no quantized CAST into a float type, so it writes CAST -> float32 -> QUANTIZE
+    (ThresholdedReLU's ``x * cast(x > theta)``), a float island on a target that refuses one."""
+    from rewriter.ir.graph import node_dtype
+
+    src, dst = node_dtype(node, ("SrcT",)), node_dtype(node, ("DstT",))
+    if quantize not in ("int8", "16x8") or src is None or dst is None:
+        return
+    if dst.kind == "f" and src.kind != "f":
+        f.dtype = f.out_dtype = "float32"
+        f.note = (f"the TFLite converter keeps a CAST from {src.name} to float32 in float32 in a "
+                  f"{quantize} file, CAST -> QUANTIZE")
+        f.float_island = True
 
 
 def _loop_facts(node: str, target: LoweringTarget, quantize: str) -> list[OpFacts]:

@@ -326,3 +326,29 @@ def test_the_int8_jump_ramps_run_alike_in_tflite_micro_and_on_the_ethos_u_npu(tm
     assert _int8_error_away_from_jumps(model, TflmRunner(path), jumps) < 1.5 * (HI - LO) / 255
     vela = run_vela(path, "ethos-u55-128", tmp_path / "vela")
     assert vela.cpu_ops == 2 and {c.op for c in vela.cpu_reasons} == {"QUANTIZE", "DEQUANTIZE"}
+
+
+def test_a_mask_cast_to_float_is_a_float_island_on_tflm_and_becomes_ramps(tmp_path):
+    """Regression (activation matrix at 24b543b, tf_keras ThresholdedReLU and ReLU(max_value,
+    negative_slope, threshold) on tflm: "lacks QUANTIZE"): ``x * cast(x > t)`` converts to
+    GREATER -> CAST -> float32 -> QUANTIZE -> MUL in a full-int8 file, a float island TFLite
+    Micro's table refuses. The prediction now says so for the CAST (from bool to float32), and
+    elementwise_ramps takes the Cast as a seed: the plan's int8 file has no float op but its
+    I/O, and its error stays near one output step away from the jump."""
+    from rewriter.rewrite.planner import plan_and_apply
+    from rewriter.targets import load_target
+    from rewriter.verify.runners import LiteRTRunner
+
+    model = model_from_function(lambda x: x * tf.cast(x > 1.0, tf.float32), [SHAPE])
+    target = load_target("tflm")
+    [lack] = target.check_graph(model, "int8").unsupported_summary()
+    assert lack["target_op"] == "CAST" and "float" in lack["reason"]
+    _, result = plan_and_apply(model, target, "int8", data=_data())
+    assert [a.rule for a in result.applied] == ["elementwise_ramps"]
+    assert target.check_graph(result.model, "int8").ok
+    path = _int8_file(result, tmp_path / "t.tflite")
+    runner = LiteRTRunner(path)
+    ops = {(op["op_name"], d["dtype"].__name__) for op in runner.interp._get_ops_details()
+           for d in [runner.interp.get_tensor_details()[op["outputs"][0]]]}
+    assert {o for o, dt in ops if dt == "float32"} <= {"DEQUANTIZE"} and "CAST" not in dict(ops)
+    assert _int8_error_away_from_jumps(model, runner, [1.0]) < 1.5 * (HI - LO) / 255
