@@ -154,12 +154,14 @@ def one(name: str, target: str, args: Any, tmp: Path, log: Any) -> dict[str, Any
     log(f"{name} {target} int8 weights only: {row['weights']}")
     row["converter_cache"] = CONVERTED[first:]
     sig_in = run_input_name(flt, tmp)
+    from rewriter.tune.headroom import widen_int16
     from rewriter.tune.rounding import Rounder
 
-    # GPTQ weight rounding on the calibration images (the search's move, as the job's)
+    # int16 headroom and GPTQ weight rounding on the calibration images (the search's move, as
+    # the job's)
     rounder = Rounder(flt, [{sig_in: x[None]} for x in cal])
     if "16x8" in files:
-        rounded = rounder(files["16x8"])
+        rounded = rounder(widen_int16(files["16x8"]))
         acc, top1 = accuracy(ref, run(rounded, held, runtime, tmp))
         row["16x8_rounded"] = {"cosine": acc["out"], "top1": top1.get("out"),
                                **vela_cost(rounded, tmp)}
@@ -180,6 +182,7 @@ def _search(row: dict[str, Any], mq: Any, name: str, target: str, args: Any, ref
             held: Any, runtime: str, cal: Any, sig_in: str, flt: bytes, tmp: Path,
             log: Any, whole16: bytes | None, rounder: Any = None) -> None:
     from rewriter.job.precision import WHOLE_16X8
+    from rewriter.tune.headroom import widen_int16
     from rewriter.tune.mixed import float_ops, ops_of
     from rewriter.tune.plan_search import accuracy, search
 
@@ -195,7 +198,7 @@ def _search(row: dict[str, Any], mq: Any, name: str, target: str, args: Any, ref
                      {"size_kib": round(len(d) / 1024, 1)},
                      args.accuracy, [{sig_in: x[None]} for x in cal[:args.probe]], allowed,
                      log=lambda s: log(f"{name} {target} search: {s}"), whole=whole,
-                     refine=rounder)
+                     refine=None if rounder is None else lambda d: rounder(widen_int16(d)))
         plan = (res.best.data if res.best.data is not None else
                 mq.build({s: "16x8" for s in res.best.promoted}))
         row["plan"] = {"cosine": res.best.accuracy.get("out", 0.0),
@@ -241,7 +244,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                        "| | | | | |")
             continue
         for key, label in (("int8", "int8 only"), ("16x8", "16x8 only"),
-                           ("16x8_rounded", "16x8 only, weights rounded by GPTQ"), ("plan", "plan"),
+                           ("16x8_rounded", "16x8 only, int16 ranges 2x, weights by GPTQ"), ("plan", "plan"),
                            ("weights", "ceiling: int8 weights, float activations")):
             c = r.get(key)
             if not c:
@@ -253,7 +256,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             if key == "plan":
                 label = ("plan: whole model 16x8 (converter)" if c.get("whole") else
                          f"plan: {c['ops_16x8']}/{c['ops']} ops 16x8") + (
-                    ", weights rounded by GPTQ" if (c.get("rounded") or {}).get("kept") else ""
+                    ", int16 ranges 2x, weights by GPTQ" if (c.get("rounded") or {}).get("kept")
+                    else ""
                 ) + ("" if c["met"] else " (not met)")
             top1 = "" if c.get("top1") is None else f"{c['top1']:.3f}"
             cost = " | ".join("" if c.get(k) is None else str(c[k])
@@ -271,10 +275,11 @@ def _about(args: Any) -> str:
             "only' and '16x8 only' are the TFLite converter, the plan is the search's choice "
             "(rewriter.tune.plan_search): the AI Edge Quantizer's file (rewriter.tune.mixed) or, "
             "where the target runs every op in 16x8, the converter's whole-model 16x8 file, a "
-            "candidate too; every candidate is also tried with its int8 weights rounded by GPTQ "
-            "on the calibration images (rewriter.tune.rounding, kept when better on the "
-            "held-back images), and '16x8 only, weights rounded by GPTQ' is the converter's 16x8 "
-            "file so rounded. The ceiling: the float file with only its conv/dense weights "
+            "candidate too; every candidate is also tried with its int16 activation ranges 2x "
+            "wider (rewriter.tune.headroom) and its int8 weights rounded by GPTQ on the "
+            "calibration images (rewriter.tune.rounding), kept when better on the held-back "
+            "images; '16x8 only, int16 ranges 2x, weights by GPTQ' is the converter's 16x8 file "
+            "so refined. The ceiling: the float file with only its conv/dense weights "
             "rounded to nearest int8 per channel (LiteRT), which bounds every int8 and 16x8 plan "
             "with weights rounded to nearest. Weights drawn with keras.utils.set_random_seed(0).")
 

@@ -234,3 +234,35 @@ def test_the_search_keeps_a_rounded_plan_only_when_better_on_held_out_data(files
     assert not dropped.best.refined or not dropped.best.refined["kept"]
     assert dropped.best.data is None
     assert any(t.refined and not t.refined["kept"] for t in dropped.trials)
+
+
+def test_int16_headroom_keeps_inputs_past_the_calibrated_range(files):
+    """rewriter/tune/headroom.py: every int16 activation range 2x wider. Held-out images 1.3x
+    past the calibration range saturate the plain 16x8 file; the widened file follows them, and
+    on in-range images it stays as close (one bit of int16's 15)."""
+    from rewriter.tune.headroom import widen_int16
+
+    _, _, quant, _, _, _, held, tmp = files
+    wide = widen_int16(quant)
+    assert len(wide) == len(quant)
+    before, after = _quant_params(quant), _quant_params(wide)
+    doubled = [a for a, b in zip(before, after, strict=True) if a != b]
+    assert doubled and all(b[3][0][0] == np.float32(2 * a[3][0][0]) for a, b in
+                           zip(before, after, strict=True) if a != b and a[1] == 7)  # INT16
+    assert _weights(wide).keys() == _weights(quant).keys()
+    for k, (v, s) in _weights(quant).items():  # int8 weights and their scales untouched
+        np.testing.assert_array_equal(_weights(wide)[k][0], v)
+        np.testing.assert_array_equal(_weights(wide)[k][1], s)
+    (tmp / "q.tflite").write_bytes(quant)
+    (tmp / "w.tflite").write_bytes(wide)
+    f, q, w = (LiteRTRunner(tmp / n) for n in ("float.tflite", "q.tflite", "w.tflite"))
+    name = f.inputs[0].name
+
+    def err(runner, images):
+        ref = np.stack([next(iter(f.run({name: x[None]}).values())) for x in images]).ravel()
+        got = np.stack([next(iter(runner.run({name: x[None]}).values())) for x in images])
+        return np.linalg.norm(got.ravel() - ref) / np.linalg.norm(ref)
+
+    past = held * 1.3
+    assert err(w, past) < 0.5 * err(q, past), (err(w, past), err(q, past))
+    assert err(w, held) < 1.2 * err(q, held), (err(w, held), err(q, held))
