@@ -402,3 +402,36 @@ def test_a_16x8_first_op_reads_an_int16_input(wide_input):
         b = [LiteRTRunner(path).run(s) for s in held]
         for x, y in zip(a, b, strict=True):
             assert np.abs(x["output_0"] - y["output_0"]).max() <= 1e-3 * np.abs(y["output_0"]).max()
+
+
+def test_an_int16_add_computes_with_its_calibrated_scales(tmp_path):
+    """The quantizer leaves ``pot_scale_int16`` true on its int16 ADDs; where every scale is a
+    power of two LiteRT then takes its power-of-two path, which refuses an input scale above the
+    output's (x in [0, 1] -> 2x -> 2x - 1: "add.cc:228 data->input1_shift <= 0", MobileNetV3Large's
+    Rescaling with every op in 16x8); built with the flag false, as the converter writes it, the
+    file loads and computes the ADD."""
+    import keras
+    import tensorflow as tf
+
+    inp = keras.Input((16,), batch_size=1)
+    km = keras.Model(inp, keras.layers.Rescaling(2.0, offset=-1.0)(inp))
+    data = bytes(tf.lite.TFLiteConverter.from_keras_model(km).convert())
+    (tmp_path / "f.tflite").write_bytes(data)
+    name = LiteRTRunner(tmp_path / "f.tflite").inputs[0].name
+    rng = np.random.default_rng(0)
+    cal = [{name: rng.uniform(0, 1, (1, 16)).astype(np.float32)} for _ in range(15)]
+    # the ranges exactly [0, 1] -> [0, 2] -> [-1, 1], as an image's: scales 2/32767 and 1/32767,
+    # powers of two within LiteRT's tolerance (CheckedLog2), so it takes that path
+    cal.append({name: np.linspace(0, 1, 16, dtype=np.float32)[None]})
+    mq = MixedQuantizer(data, cal)
+    every = {op.scope: "16x8" for op in mq.ops}
+    own, ours = mq.build(every, inline=False), mq.build(every)
+    mq.close()
+    (tmp_path / "own.tflite").write_bytes(own)
+    with pytest.raises(RunnerError, match="input1_shift"):
+        LiteRTRunner(tmp_path / "own.tflite").run(cal[0])
+    (tmp_path / "ours.tflite").write_bytes(ours)
+    got = LiteRTRunner(tmp_path / "ours.tflite").run(cal[0])
+    want = 2.0 * cal[0][name] - 1.0
+    # within an int16 step of [-1, 1] and the input's (1/32767 each), the ADD's rounding
+    assert np.abs(next(iter(got.values())) - want).max() <= 3 / 32767

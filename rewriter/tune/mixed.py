@@ -174,8 +174,10 @@ class MixedQuantizer:
         other op int8; integer input/output, int16 where a 16x8 op reads or makes it, or float
         (``float_io``, :func:`io_recipe`). Its constants are inside the flatbuffer
         (:func:`inline_buffers`), so TFLite Micro runs it, and a REDUCE_MAX the quantizer left
-        float is integer (:func:`integer_reduce_max`); ``inline=False`` gives the quantizer's
-        own bytes (large buffers stored by offset, REDUCE_MAX float), for diagnosis;
+        float is integer (:func:`integer_reduce_max`), its int16 ADD/SUB computed with their
+        calibrated scales (:func:`general_int16_add`); ``inline=False`` gives the quantizer's
+        own bytes (large buffers stored by offset, REDUCE_MAX float, no DEQUANTIZE after an
+        int16 output with ``float_io``), for diagnosis;
         ``quantizer_io=True`` the quantizer's own input and output (int8 input), for comparison."""
         io = [] if quantizer_io else io_recipe(precisions, self.ops, self.inputs, self.float_io)
         self._q.load_quantization_recipe(recipe(precisions) + io)
@@ -185,16 +187,51 @@ class MixedQuantizer:
         # the quantizer prints its model sizes on stdout, which --json keeps for the report
         with contextlib.redirect_stdout(sys.stderr):
             data = bytes(self._q.quantize(self._stats).quantized_model)
-        if self.float_io and not quantizer_io:
-            data = dequantize_outputs(data)
         if not inline:
             return data
-        return integer_reduce_max(inline_buffers(data),
+        # inlined first: the object API that rewrites the file drops offset-stored buffers
+        data = inline_buffers(data)
+        if self.float_io and not quantizer_io:
+            data = dequantize_outputs(data)
+        return integer_reduce_max(general_int16_add(data),
                                   {s for s, p in precisions.items() if p == "float"},
                                   self.int16_reduce_max)
 
     def close(self) -> None:
         self._tmp.cleanup()
+
+
+def general_int16_add(data: bytes) -> bytes:
+    """The file with each int16 ADD and SUB marked ``pot_scale_int16 = false``, as the TFLite
+    converter's 16x8 files mark them; ``data`` itself when none is left true.
+
+    Why. The AI Edge Quantizer (0.10.0) leaves the schema's default, true: where the ADD's scales
+    are all powers of two (within ``CheckedLog2``'s tolerance, as a range of exactly [-1, 1] or
+    [0, 2] gives), LiteRT then takes its power-of-two int16 path (``kernels/add.cc``), which
+    refuses an input scale above the output's: MobileNetV3Large's Rescaling ADD ([0, 2] -> [-1,
+    1]) with every op in 16x8 did not load ("add.cc:228 data->input1_shift <= 0 was not true"),
+    and every plan of ``--accuracy`` with that ADD promoted failed on ethos-u55-128. With false,
+    LiteRT takes its general int16 path, the converter's, as TFLite Micro and Vela do whatever the
+    flag. Exact: the flag selects the kernel, no tensor or scale changes."""
+    from tensorflow.lite.python import schema_py_generated as fb
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(data))
+    sub = model.subgraphs[0]
+    kinds = {fb.BuiltinOperator.ADD: (fb.BuiltinOptions.AddOptions, fb.AddOptionsT),
+             fb.BuiltinOperator.SUB: (fb.BuiltinOptions.SubOptions, fb.SubOptionsT)}
+    changed = False
+    for op in sub.operators:
+        c = model.operatorCodes[op.opcodeIndex]
+        kind = kinds.get(max(int(c.builtinCode), int(c.deprecatedBuiltinCode)))
+        if kind is None or sub.tensors[op.outputs[0]].type != fb.TensorType.INT16:
+            continue
+        if op.builtinOptions is None:
+            op.builtinOptionsType, op.builtinOptions = kind[0], kind[1]()
+        if op.builtinOptions.potScaleInt16:
+            op.builtinOptions.potScaleInt16 = False
+            changed = True
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model)) if changed else data
 
 
 def dequantize_outputs(data: bytes) -> bytes:
