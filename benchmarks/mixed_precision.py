@@ -182,9 +182,9 @@ def _search(row: dict[str, Any], mq: Any, name: str, target: str, args: Any, ref
             held: Any, runtime: str, cal: Any, sig_in: str, flt: bytes, tmp: Path,
             log: Any, whole16: bytes | None, rounder: Any = None) -> None:
     from rewriter.job.precision import WHOLE_16X8
-    from rewriter.tune.headroom import widen_int16
     from rewriter.tune.mixed import float_ops, ops_of
     from rewriter.tune.plan_search import accuracy, search
+    from rewriter.tune.rounding import moves
 
     allowed = _allowed(target)
     # the converter's whole-model 16x8 file is a candidate where the target runs every op in 16x8
@@ -198,7 +198,7 @@ def _search(row: dict[str, Any], mq: Any, name: str, target: str, args: Any, ref
                      {"size_kib": round(len(d) / 1024, 1)},
                      args.accuracy, [{sig_in: x[None]} for x in cal[:args.probe]], allowed,
                      log=lambda s: log(f"{name} {target} search: {s}"), whole=whole,
-                     refine=None if rounder is None else lambda d: rounder(widen_int16(d)))
+                     refine=None if rounder is None else moves(rounder))
         plan = (res.best.data if res.best.data is not None else
                 mq.build({s: "16x8" for s in res.best.promoted}))
         row["plan"] = {"cosine": res.best.accuracy.get("out", 0.0),
@@ -256,8 +256,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             if key == "plan":
                 label = ("plan: whole model 16x8 (converter)" if c.get("whole") else
                          f"plan: {c['ops_16x8']}/{c['ops']} ops 16x8") + (
-                    ", int16 ranges 2x, weights by GPTQ" if (c.get("rounded") or {}).get("kept")
-                    else ""
+                    f", {c['rounded'].get('move', 'refined')}" if (c.get("rounded") or {}).get(
+                        "kept") else ""
                 ) + ("" if c["met"] else " (not met)")
             top1 = "" if c.get("top1") is None else f"{c['top1']:.3f}"
             cost = " | ".join("" if c.get(k) is None else str(c[k])

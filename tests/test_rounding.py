@@ -201,7 +201,7 @@ def test_the_search_keeps_a_rounded_plan_only_when_better_on_held_out_data(files
     refinement that makes a plan worse is dropped."""
     from rewriter.tune.mixed import MixedQuantizer
     from rewriter.tune.plan_search import accuracy, search
-    from rewriter.tune.rounding import Rounder
+    from rewriter.tune.rounding import GPTQ, HEADROOM, Rounder, moves
 
     _, flt, _, _, _, cal, held, tmp = files
     name = LiteRTRunner(tmp / "float.tflite").inputs[0].name
@@ -224,13 +224,20 @@ def test_the_search_keeps_a_rounded_plan_only_when_better_on_held_out_data(files
         dropped = search(mq, evaluate, lambda d: {"size_kib": len(d) / 1024}, 0.9999999,
                          feeds[:4], lambda op: op not in ("QUANTIZE", "DEQUANTIZE"),
                          refine=lambda d: worse)
+        # the job's move: alternatives by name, the best kept
+        both = search(mq, evaluate, lambda d: {"size_kib": len(d) / 1024}, 0.9999999,
+                      feeds[:4], lambda op: op not in ("QUANTIZE", "DEQUANTIZE"),
+                      refine=moves(Rounder(flt, feeds)))
     finally:
         mq.close()
     best = res.best
     assert best.refined["kept"] and best.data is not None and best.base is not None
     assert best.worst == best.refined["after"] > best.refined["before"] == best.base.worst
     assert res.int8.refined is None  # the plain int8 plan
-    assert best.to_json()["refined"]["kept"]
+    assert best.to_json()["refined"]["kept"] and best.refined["move"] == "refined"
+    last = both.trials[-1]  # every op in 16x8: int16 activations
+    assert set(last.refined["tried"]) == {HEADROOM, f"{HEADROOM}, {GPTQ}"}
+    assert last.refined["kept"] and last.worst == max(last.refined["tried"].values())
     assert not dropped.best.refined or not dropped.best.refined["kept"]
     assert dropped.best.data is None
     assert any(t.refined and not t.refined["kept"] for t in dropped.trials)

@@ -14,10 +14,10 @@ Every plan's input and output are what the job's int8 file's are (:func:`wants_i
 reach the target (the ops with no 16x8 kernel on the target, or none: the whole model in 16x8
 was tried). Where the target has a 16x8 kernel for every op, the TFLite converter's whole-model
 16x8 file is one more candidate, measured and costed like the others (:func:`rewriter.tune.plan_search.search`'s ``whole``).
-Every candidate is also tried refined (the search's ``refine``): its int16 activation ranges 2x
-wider (:func:`rewriter.tune.headroom.widen_int16`) and its int8 weights rounded by GPTQ on the
-calibration samples (:class:`rewriter.tune.rounding.Rounder`), kept only when better on the
-verification samples.
+Every candidate is also tried refined (the search's ``refine``, :func:`rewriter.tune.rounding.moves`):
+its int16 activation ranges 2x wider (:func:`rewriter.tune.headroom.widen_int16`), and that with
+its int8 weights rounded by GPTQ on the calibration samples (:class:`rewriter.tune.rounding.Rounder`);
+the best is kept only when better on the verification samples.
 
 Each output is judged by its own criterion (:func:`rewriter.verify.metrics.reached`): cosine
 >= COS for a float output, index agreement (the share of indices equal to the original's) >= COS
@@ -82,9 +82,8 @@ class PrecisionPlan:
         n = len(r.best.promoted)
         plan = r.best.label or f"{n} of {len(r.layers)} ops in 16x8"
         rounded = r.best.refined if r.best.refined and r.best.refined["kept"] else None
-        plan += (f", int16 ranges 2x wider and weights rounded by GPTQ on the calibration data "
-                 f"(worst output "
-                 f"{rounded['before']:.4f} -> {rounded['after']:.4f})" if rounded else "")
+        plan += (f", {rounded.get('move', 'refined')} (worst output {rounded['before']:.4f} -> "
+                 f"{rounded['after']:.4f})" if rounded else "")
         head = (f"--accuracy {self.target}: {'met' if r.met else 'not met'} with {plan} "
                 f"({reached_text(r)})")
         cost = ", ".join(f"{k} {self.int8_file.get(k)} -> {v}" for k, v in self.plan_file.items()
@@ -218,10 +217,9 @@ def precision_plan(ctx: Any, artifact_path: Path, saved_model: str, applied: Any
     its run in the target's runtime."""
     import tensorflow as tf
 
-    from rewriter.tune.headroom import widen_int16
     from rewriter.tune.mixed import MixedQuantizer
     from rewriter.tune.plan_search import criteria, search
-    from rewriter.tune.rounding import Rounder
+    from rewriter.tune.rounding import Rounder, moves
     from rewriter.verify.runners import LiteRTRunner
 
     target, opts = ctx.target, ctx.opts
@@ -259,14 +257,12 @@ def precision_plan(ctx: Any, artifact_path: Path, saved_model: str, applied: Any
             if not target.no_16x8() and all(target.int16_kernel(op.op) for op in mq.ops):
                 with ctx.steps("precision_whole", "converting the whole model to 16x8"):
                     whole = whole_16x8(saved_model, cal, integer_io)
-            # a move every plan can take: int16 headroom and GPTQ weights, kept when better
-            rounder = Rounder(flt, cal)
             with ctx.steps("precision_search", f"searching a plan for accuracy {opts.accuracy}"):
                 result = search(mq, evaluate, cost, opts.accuracy, cal[:8],
                                 lambda op: op not in ("QUANTIZE", "DEQUANTIZE")
                                 and target.int16_kernel(op), whole=whole,
                                 criteria=criteria(ctx.reference),
-                                refine=lambda d: rounder(widen_int16(d)))
+                                refine=moves(Rounder(flt, cal)))
             plan_bytes = (result.best.data if result.best.data is not None else
                           mq.build({s: "16x8" for s in result.best.promoted}))
         finally:

@@ -17,12 +17,13 @@ file) is measured and costed as one more candidate. When nothing reaches the tar
 plan is returned with ``met`` False. A plan the runtime cannot run (TFLite Micro aborts on it) is
 kept with its error and never chosen.
 
-``refine`` (a move every candidate can take; e.g. :class:`rewriter.tune.rounding.Rounder`, GPTQ
-weight rounding on the calibration data): each plan and whole-model file measured is also
-refined and measured the same way, and the refined file replaces it only when its worst output
-is higher on the held-back data ``evaluate`` measures, which the refinement never saw; the trial
-says so (``refined``: the worst output before and after). The int8 baseline the result reports
-is the plain one.
+``refine`` (a move every candidate can take; e.g. :func:`rewriter.tune.rounding.moves`: int16
+headroom, GPTQ weight rounding on the calibration data): each plan and whole-model file measured
+is also refined (one file, or alternatives by name) and measured the same way, and the best
+refined file replaces it only when its worst output is higher on the held-back data
+``evaluate`` measures, which the refinement never saw; the trial says so (``refined``: kept,
+the move kept, the worst output before and after, each alternative's). The int8 baseline the
+result reports is the plain one.
 
 Each output is judged by its own criterion (:func:`rewriter.verify.metrics.reached`): a float
 output by its cosine, an integer output (an arg-max index map, ids) by its index agreement (the
@@ -198,7 +199,8 @@ def search(mq: MixedQuantizer, evaluate: Callable[[bytes], tuple[dict[str, float
            max_rounds: int = 12, log: Callable[[str], None] = lambda s: None,
            whole: Mapping[str, bytes] | None = None,
            criteria: Mapping[str, str] | None = None,
-           refine: Callable[[bytes], bytes] | None = None) -> SearchResult:
+           refine: Callable[[bytes], bytes | Mapping[str, bytes]] | None = None
+           ) -> SearchResult:
     """The cheapest plan found whose every output reaches ``target`` by its own criterion
     (``criteria``, output -> ``cosine`` or ``index agreement``, as ``evaluate`` measured it;
     module docstring)."""
@@ -210,20 +212,31 @@ def search(mq: MixedQuantizer, evaluate: Callable[[bytes], tuple[dict[str, float
         if refine is None or trial.error is not None:
             return trial
         try:
-            better = refine(data)
+            options = refine(data)
         except Exception as exc:  # the move is skipped, the plan stands
             log(f"refine failed: {type(exc).__name__}: {str(exc).splitlines()[:1]}")
             return trial
-        if better == data:
+        if isinstance(options, (bytes, bytearray)):
+            options = {"refined": bytes(options)}
+        chosen, tried = trial, {}
+        for move, better in options.items():
+            if better == data:
+                continue
+            other = judge_once(key, better, f"{label} {move}".strip())
+            tried[move] = None if other.error else other.worst
+            if other.error is None and other.worst > chosen.worst:
+                chosen, kept_move, kept_data = other, move, better
+        if not tried:
             return trial
-        other = judge_once(key, better, (label + " " if label else "") + "refined")
-        kept = other.error is None and other.worst > trial.worst
-        info = {"kept": kept, "before": trial.worst, "after": other.worst}
-        if not kept:
+        info = {"kept": chosen is not trial, "before": trial.worst,
+                "after": max((v for v in tried.values() if v is not None), default=None),
+                "tried": tried}
+        if chosen is trial:
             trial.refined = info
             return trial
-        other.label, other.data, other.refined, other.base = label, better, info, trial
-        return other
+        info.update(move=kept_move, after=chosen.worst)
+        chosen.label, chosen.data, chosen.refined, chosen.base = label, kept_data, info, trial
+        return chosen
 
     def judge_once(key: tuple[str, ...], data: bytes, label: str = "") -> Trial:
         try:
