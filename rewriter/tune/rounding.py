@@ -10,9 +10,10 @@ what matters is the layer's output error on real inputs. For a layer with float 
 layer's input on calibration samples, one row per output position, ``im2col`` for a
 convolution), the int8 values ``Q`` are chosen to make ``sum_c (W_c - s_c Q_c) H (W_c -
 s_c Q_c)^T`` small, ``H = X^T X``: GPTQ (Frantar et al. 2022, "OPTQ"): the input columns are
-rounded in order and each column's rounding error is spread over the columns not yet rounded
-through the Cholesky factor of ``H^-1`` (``H`` damped by :data:`DAMP` of its mean diagonal), the
-values clamped to [-127, 127]. A depthwise convolution's channel has its own ``H`` (its
+rounded in order (largest ``H`` diagonal first, GPTQ's "act order") and each column's rounding
+error is spread over the columns not yet rounded through the Cholesky factor of ``H^-1`` (``H``
+damped by :data:`DAMP` of its mean diagonal), the values clamped to [-127, 127]; then
+coordinate descent (:func:`descend`) moves single values a step where that lowers the error. A depthwise convolution's channel has its own ``H`` (its
 kh*kw window of one input channel). ``bias=True`` also moves each output channel's integer bias
 by the mean output shift the rounding left on the calibration inputs, ``(W_c - s_c Q_c)
 mean(X)``, in the bias's own scale.
