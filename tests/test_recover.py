@@ -242,3 +242,21 @@ def test_recover_is_the_accuracy_search_s_last_move(cli, tmp_path):
     assert rec["decision"]["kept"] and rec["decision"]["samples"] == 8
     assert any("then --recover, the search's last move: kept" in w for w in report["warnings"])
     assert report["equivalence"]["artifact"]["outputs"]["logits"]["cosine"] >= 0.999
+
+
+def test_a_diverging_fine_tuning_leaves_the_weights_as_they_were():
+    """A fine-tuning whose loss or weights turn non-finite (the audio model's on ethos-u55-128
+    under --accuracy: its NaN weights failed the export as 'exit 2, fix the model') stops there
+    and returns the graph unchanged, saying so; the job then keeps or drops it as any other."""
+    from rewriter.testing import conv_bn_elu_chain
+    from rewriter.tune.recover import recover
+
+    model = conv_bn_elu_chain(1)
+    rng = np.random.default_rng(0)
+    train = [{i.name: rng.normal(size=[d or 1 for d in i.shape]).astype(np.float32)
+              for i in model.inputs} for _ in range(4)]
+    result = recover(model, model, train, epochs=3, learning_rate=1e38)
+    assert result.model is model, result.losses
+    assert "diverged at epoch 2 (loss inf" in result.notes[-1], result.notes  # measured
+    fine = recover(model, model, train, epochs=1)
+    assert fine.model is not model and not any("diverged" in n for n in fine.notes)

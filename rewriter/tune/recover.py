@@ -130,10 +130,20 @@ def recover(teacher: Model, student: Model, train: Sequence[Mapping[str, np.ndar
         losses.append(total / max(len(train), 1))
         if on_epoch is not None:
             on_epoch(epoch + 1, losses[-1])
+        if not (math.isfinite(losses[-1]) and all(bool(np.isfinite(v.numpy()).all())
+                                                  for v in net.variables)):
+            diverged = epoch + 1
+            break
+    else:
+        diverged = 0
     notes = [] if int8_ranges is not None else ["float fine-tuning (the artifact is not int8)"]
     notes += [f"the integer output {p.output} distilled on the tensor its arg-max reads, "
               f"{p.teacher} (an index has no gradient)" for p in net.feeds]
+    if diverged:  # NaN/Inf weights would fail the export as a bad model: keep the weights
+        notes.append(f"the fine-tuning diverged at epoch {diverged} (loss {losses[-1]:.4g}, "
+                     "non-finite loss or weights): the weights are left as they were")
     return RecoverResult(
+        student if diverged else
         student.with_graph(net.frozen(), note=f"--recover: fine-tuned {len(net.trainable)} "
                                               f"weight tensors for {epochs} epoch(s) by "
                                               "distillation"),
