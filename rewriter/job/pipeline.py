@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 
 from rewriter.defaults import INTEGER_MODES
-from rewriter.errors import UserError
 from rewriter.ir.model import Model
 from rewriter.job.options import JobOptions
 from rewriter.job.results import Attempt, Diagnostics, Job, Retry
@@ -105,11 +104,8 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
             from rewriter.export.micro import refuse_unless_deployable
 
             refuse_unless_deployable(target.name, flag)
-    if opts.accuracy is not None and not (quantize in INTEGER_MODES
-                                          and target.artifact == "tflite"):
-        raise UserError(f"--accuracy searches int8/16x8 plans of a .tflite; {target.name} with "
-                        f"--quantize {quantize} has none: drop --accuracy or quantize to int8 "
-                        "or 16x8")
+    float_file = opts.accuracy is not None and not (quantize in INTEGER_MODES
+                                                    and target.artifact == "tflite")
     steps = Steps(progress)
     with steps("check_before", "checking the model against the op table"):
         before = target.check_graph(model, quantize)
@@ -188,6 +184,10 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
         hint = approximation_hint(ctx, attempt)
         if hint:
             attempt.warnings.append(hint)
+    if float_file:  # one command line for every target: a float file has no plan to search
+        attempt.warnings.append(f"--accuracy {opts.accuracy:g}: {target.name} gets a float file "
+                                "(no int8/16x8 plan to search); it is judged element-wise "
+                                "against the original instead (the tolerance line)")
     package = None
     if ((opts.deploy or opts.sram_kb or opts.flash_kb) and until == "all"
             and attempt.deployment is not None and attempt.deployment.exported.ok):
