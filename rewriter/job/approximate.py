@@ -6,8 +6,9 @@ The planner applies a rule only to ops the target lacks, and an exact one where 
 of the file: on ethos-u55-128 in 16x8 the audio model's LOG (its input, the mel power, is
 range-starved even in int16) loses 0.976 cosine, while ``elementwise_ramps`` fitted on the
 calibration range states a bound of about 0.01 and is built from CONV_2D, RELU6, MUL and ADD,
-which Vela runs in 16x8. When the job's ``--quantize 16x8`` artifact misses ``--accuracy COS``,
-this move:
+which Vela runs in 16x8. When the job's ``--quantize 16x8`` artifact misses ``--accuracy COS``
+(or an int8 job's plans miss it on a target that runs 16x8: the candidate is then converted in
+16x8, every op), this move:
 
 1. ranks the file's layers by the error each adds (:func:`rewriter.verify.int8_layers.int8_layer_errors`)
    on *calibration* samples only;

@@ -52,6 +52,7 @@ from rewriter.verify.bound_response import bound_response
 from rewriter.verify.float_noise import noise_floor
 from rewriter.verify.int8_layers import Int8Layers
 from rewriter.verify.metrics import Comparison, reached
+from rewriter.verify.tolerance import policy
 
 
 @dataclass
@@ -150,7 +151,7 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
 
         precision, run = precision_plan(ctx, Path(attempt.deployment.exported.path),
                                         attempt.saved_model, attempt.rewrite.applied,
-                                        _policy(opts))
+                                        policy(opts.min_top1))
         if run is not None:
             attempt.artifact = run
             attempt.deployment = rejudge(target, attempt.deployment, steps, opts.run_vela,
@@ -167,15 +168,19 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
             precision.after_recover(recovery, attempt.artifact)
         attempt.warnings.append(precision.describe())
     approximation = None
-    if (until == "all" and opts.accuracy is not None and quantize == "16x8"
-            and attempt.artifact is not None and attempt.deployment is not None
-            and attempt.deployment.exported.ok):
+    # every op in 16x8 (asked, or an int8 job whose plans missed --accuracy on a target with
+    # 16x8): the move left is an approximate rule where the target's own kernel loses more than
+    # the rule's bound (rewriter.job.approximate), its candidate converted in 16x8
+    if (until == "all" and opts.accuracy is not None and attempt.artifact is not None
+            and (quantize == "16x8" or (precision is not None and not precision.met
+                                        and not target.no_16x8()))
+            and attempt.deployment is not None and attempt.deployment.exported.ok):
+        from dataclasses import replace
+
         from rewriter.job.approximate import approximation_move
 
-        # every op is already 16x8: the move left is an approximate rule where the target's
-        # own kernel loses more than the rule's bound (rewriter.job.approximate)
         attempt, approximation = approximation_move(
-            ctx, attempt, lambda c, nodes: _attempt(c, approximate=nodes))
+            replace(ctx, quantize="16x8"), attempt, lambda c, nodes: _attempt(c, approximate=nodes))
         attempt.warnings.append(approximation.describe())
     elif (until == "all" and opts.accuracy is None and quantize == "16x8"
           and attempt.artifact is not None and not attempt.artifact.ok):
@@ -342,7 +347,7 @@ def _deliver(ctx: _Context, model: Model, outdir: Path, applied: Any, message: s
         with ctx.steps("verify_artifact", "running the artifact"):
             artifact = run_artifact(deployment.exported.path, artifact_runtime(target),
                                     ctx.quantize, ctx.model, ctx.data.samples, ctx.reference,
-                                    applied, _policy(ctx.opts), ctx.noise_floor, response)
+                                    applied, policy(ctx.opts.min_top1), ctx.noise_floor, response)
         if artifact.fallback:
             warnings.append(artifact.fallback)
         histogram = error_histograms(ctx.reference, artifact.outputs)
@@ -583,14 +588,3 @@ def _misses(cmp: Comparison, target: float) -> bool:
     """``--accuracy``: some output of the artifact's comparison is below ``target`` by its own
     criterion (cosine; index agreement for an integer output: :func:`reached`)."""
     return any(reached(o)[1] < target for o in cmp.outputs)
-
-
-def _policy(opts: JobOptions) -> Any:
-    """The tolerance policy of the job: the default, with ``--min-top1`` when given."""
-    from dataclasses import replace
-
-    from rewriter.verify.tolerance import DEFAULT_POLICY
-
-    if opts.min_top1 is None:
-        return DEFAULT_POLICY
-    return replace(DEFAULT_POLICY, int8_min_top1=opts.min_top1)

@@ -116,15 +116,15 @@ class Job:
     precision: Any = None  # --accuracy: rewriter.job.precision.PrecisionPlan
     #: --recover / --qat asked but not run: why (an integer output with nothing to distil)
     recover_skipped: str | None = None
-    #: --accuracy with --quantize 16x8: rewriter.job.approximate.ApproximationMove
+    #: --accuracy, every op in 16x8: rewriter.job.approximate.ApproximationMove
     approximation: Any = None
 
     @property
     def ok(self) -> bool:
         """The attempt is OK and the model fits the ``--sram``/``--flash`` budgets."""
+        last = self.approximation if self.approximation is not None else self.precision
         return (self.attempt.ok and not (self.package is not None and self.package.overruns())
-                and (self.precision is None or self.precision.met)
-                and (self.approximation is None or self.approximation.met))
+                and (last is None or last.met))  # --accuracy: the last move taken decides
 
     @property
     def warnings(self) -> list[str]:

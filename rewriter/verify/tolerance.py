@@ -318,3 +318,10 @@ class TolerancePolicy:
 
 #: The policy everything uses unless told otherwise.
 DEFAULT_POLICY = TolerancePolicy()
+
+
+def policy(min_top1: float | None = None) -> TolerancePolicy:
+    """The job's policy: the default, with ``--min-top1`` when given."""
+    from dataclasses import replace
+
+    return DEFAULT_POLICY if min_top1 is None else replace(DEFAULT_POLICY, int8_min_top1=min_top1)
