@@ -260,3 +260,30 @@ def test_a_diverging_fine_tuning_leaves_the_weights_as_they_were():
     assert "diverged at epoch 2 (loss inf" in result.notes[-1], result.notes  # measured
     fine = recover(model, model, train, epochs=1)
     assert fine.model is not model and not any("diverged" in n for n in fine.notes)
+
+
+def test_a_fine_tuned_file_the_runtime_cannot_run_is_dropped_not_exit_2(cli, tmp_path,
+                                                                          monkeypatch):
+    """MobileNetV3Large on tflm with --accuracy: the fine-tuned file made TFLite Micro abort on
+    the training inputs (SIGABRT) and the job ended with exit 2 and no report. The candidate is
+    now dropped with why, and the first artifact stands."""
+    import rewriter.job.pipeline as pipeline
+    from rewriter.verify.runners import RunnerError
+
+    real = pipeline._train_error
+
+    def aborting(ctx, path, *args, **kw):
+        if pipeline.CANDIDATE_DIR in str(path):
+            raise RunnerError(f"{path}: TFLite Micro failed (killed by SIGABRT)")
+        return real(ctx, path, *args, **kw)
+
+    monkeypatch.setattr(pipeline, "_train_error", aborting)
+    model = _convbn_elu(tmp_path / "net.keras", depth=2)
+    code, out, _ = cli(model, "--target", "edgetpu", "--recover", "--epochs", "1",
+                       "-o", tmp_path / "out", "--json")
+    report = json.loads(out)
+    rec = report["recover"]
+    assert code == 0 and rec["kept"] is False, out[-2000:]
+    assert "the fine-tuned artifact did not run" in rec["decision"]["why"]
+    assert any("killed by SIGABRT" in n for n in rec["notes"])
+    assert (tmp_path / "out" / "model.tflite").exists()

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from rewriter.defaults import INTEGER_MODES
+from rewriter.errors import UserError
 from rewriter.ir.model import Model
 from rewriter.job.options import JobOptions
 from rewriter.job.results import Attempt, Diagnostics, Job, Retry
@@ -410,11 +411,19 @@ def _recover(ctx: _Context, attempt: Attempt, bar: Bar | None) -> tuple[Attempt,
     out = _deliver(ctx, tuned, candidate, (), "writing the fine-tuned SavedModel", train)
     recovery = Recovery(result, attempt.artifact, out.artifact, float_after,
                         len(ctx.data.samples), split=ctx.data.basis)
-    error_after = (_train_error(ctx, out.deployment.exported.path, train, teacher, runtime)
-                   if out.artifact is not None else math.inf)
+    # a candidate the first file's runtime cannot run (TFLite Micro aborts on it) is dropped
+    ran = out.artifact is not None and (out.artifact.runtime == runtime or not out.artifact.fallback)
+    error_after = math.inf
+    try:
+        error_after = (_train_error(ctx, out.deployment.exported.path, train, teacher, runtime)
+                       if ran else math.inf)
+    except UserError as exc:  # e.g. TFLite Micro killed by SIGABRT on the training inputs
+        ran, out.artifact.fallback = False, f"it does not run: {exc}"  # type: ignore[union-attr]
+    if out.artifact is not None and not ran:
+        recovery.notes.append(f"the fine-tuned file: {out.artifact.fallback}")
     recovery.train_error = (error_before, error_after)
     recovery.decision = decide(ctx.reference, attempt.artifact.outputs if attempt.artifact
-                               else None, out.artifact.outputs if out.artifact else None,
+                               else None, out.artifact.outputs if ran and out.artifact else None,
                                len(ctx.data.samples), ctx.data.basis or "the verification inputs")
     if not recovery.decision.kept:
         recovery.kept = False
