@@ -22,10 +22,12 @@ quantizer's own key, from Model Explorer); a recipe entry matches exactly that s
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import re
 import tempfile
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -136,6 +138,14 @@ def graph_inputs(data: bytes) -> list[str]:
     return [sub.Tensors(sub.Inputs(i)).Name().decode() for i in range(sub.InputsLength())]
 
 
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """The AI Edge Quantizer's own output (tqdm bars on stderr, model sizes on stdout) dropped:
+    a job tries tens of plans, and stdout is the report under --json. Its errors still raise."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        yield
+
+
 class MixedQuantizer:
     """Quantise one float ``.tflite`` under many plans; calibrated once.
 
@@ -164,8 +174,9 @@ class MixedQuantizer:
         # of held-back inputs were clipped at half their value on the test model).
         calib = calibrator.Calibrator(float_tflite, num_threads=1,
                                       qsv_update_func=qsv_utils.min_max_update)
-        calib.calibrate({signature: [dict(s) for s in calibration]},
-                        self._q._recipe_manager)
+        with quiet():
+            calib.calibrate({signature: [dict(s) for s in calibration]},
+                            self._q._recipe_manager)
         self._stats = calib.get_model_qsvs()
 
     def build(self, precisions: Mapping[str, str], inline: bool = True,
@@ -181,11 +192,7 @@ class MixedQuantizer:
         ``quantizer_io=True`` the quantizer's own input and output (int8 input), for comparison."""
         io = [] if quantizer_io else io_recipe(precisions, self.ops, self.inputs, self.float_io)
         self._q.load_quantization_recipe(recipe(precisions) + io)
-        import contextlib
-        import sys
-
-        # the quantizer prints its model sizes on stdout, which --json keeps for the report
-        with contextlib.redirect_stdout(sys.stderr):
+        with quiet():  # its progress bars and model sizes, once per plan tried
             data = bytes(self._q.quantize(self._stats).quantized_model)
         if not inline:
             return data
