@@ -1,15 +1,16 @@
-"""Mixed precision against an accuracy target (issue 30): per model and target, int8 only, 16x8
-only (the TFLite converter, as ``--quantize int8`` / ``16x8``) and the plan the search chooses
-(``rewriter.tune.plan_search``: the worst int8 layers promoted to 16x8 by the AI Edge Quantizer
-until every output reaches ``--accuracy`` on held-back data): cosine and top-1 agreement against
-the float file on held-back inputs, measured on the target's runtime (TFLite Micro for tflm,
-LiteRT for Ethos-U), Vela 5.2's estimate for ethos-u55-128 (time, SRAM, CPU ops), file size.
+"""Mixed precision against an accuracy target (issue 30): per model and target, int8 only and
+16x8 only (the plain TFLite converter, as its users run it) beside what ``rewrite --accuracy``
+delivers (the job itself, its own CLI: rewrite, per-layer probe, the plan search over AI Edge
+Quantizer plans and the converter's whole-model 16x8 file, its refine moves, ``--recover`` and the
+approximation move): cosine and top-1 agreement against the float file on held-back inputs,
+measured here on the target's runtime (TFLite Micro for tflm, LiteRT for Ethos-U) for every file
+alike, Vela 5.2's estimate for ethos-u55-128 (time, SRAM, CPU ops), file size.
 
 Models: keras.applications at ``--size`` (64), weights=None, BatchNormalization statistics set by
 a training-mode pass (momentum 0) over the calibration images and gamma/beta drawn around 1/0
 (``real_models.realistic_statistics``), so deep activations stay normalised. Data: seeded
 structured images (``real_models.structured_images``): ``--calibration`` for calibration (seed
-1), ``--heldback`` never seen by calibration or the search's per-layer probe (seed 2).
+1), ``--heldback`` never seen by calibration (seed 2), given to the job as ``--data``.
 
     nice python benchmarks/mixed_precision.py      # writes benchmarks/results/mixed_precision.*
 """
@@ -119,7 +120,6 @@ def vela_cost(data: bytes, tmp: Path) -> dict[str, Any]:
 def one(name: str, target: str, args: Any, tmp: Path, log: Any) -> dict[str, Any]:
     from real_models import structured_images
 
-    from rewriter.tune.mixed import MixedQuantizer
     from rewriter.tune.plan_search import accuracy
 
     size = args.size
@@ -153,80 +153,72 @@ def one(name: str, target: str, args: Any, tmp: Path, log: Any) -> dict[str, Any
     row["weights"] = {"cosine": acc["out"], "top1": top1.get("out")}
     log(f"{name} {target} int8 weights only: {row['weights']}")
     row["converter_cache"] = CONVERTED[first:]
-    sig_in = run_input_name(flt, tmp)
-    from rewriter.tune.headroom import widen_int16
-    from rewriter.tune.rounding import Rounder
-
-    # int16 headroom and GPTQ weight rounding on the calibration images (the search's move, as
-    # the job's)
-    rounder = Rounder(flt, [{sig_in: x[None]} for x in cal])
-    if "16x8" in files:
-        rounded = rounder(widen_int16(files["16x8"]))
-        acc, top1 = accuracy(ref, run(rounded, held, runtime, tmp))
-        row["16x8_rounded"] = {"cosine": acc["out"], "top1": top1.get("out"),
-                               **vela_cost(rounded, tmp)}
-        log(f"{name} {target} converter 16x8, weights rounded: {row['16x8_rounded']}")
-    mq = MixedQuantizer(flt, [{sig_in: x[None]} for x in cal])
     try:
-        _search(row, mq, name, target, args, ref, held, runtime, cal, sig_in, flt, tmp, log,
-                files.get("16x8"), rounder)
-    except Exception as exc:  # recorded, the run goes on (e.g. a runtime that refuses a plan)
+        row["plan"] = _job(km, name, target, args, cal, held, ref, runtime, tmp, log)
+    except Exception as exc:  # recorded, the run goes on
         row["plan"] = {"error": _why(exc)}
-    finally:
-        mq.close()
     log(f"{name} {target} plan: {row['plan']}")
     return row
 
 
-def _search(row: dict[str, Any], mq: Any, name: str, target: str, args: Any, ref: Any,
-            held: Any, runtime: str, cal: Any, sig_in: str, flt: bytes, tmp: Path,
-            log: Any, whole16: bytes | None, rounder: Any = None) -> None:
-    from rewriter.job.precision import WHOLE_16X8
-    from rewriter.tune.mixed import float_ops, ops_of
-    from rewriter.tune.plan_search import accuracy, search
-    from rewriter.tune.rounding import moves
+def _job(km: Any, name: str, target: str, args: Any, cal: list[np.ndarray], held: list[np.ndarray],
+         ref: Any, runtime: str, tmp: Path, log: Any) -> dict[str, Any]:
+    """``rewrite MODEL --target T --accuracy A --calibration CAL --data HELD`` as a user runs it
+    (a subprocess of the CLI); its artifact measured here as every other file is, beside what
+    its report says it chose."""
+    import subprocess
 
-    allowed = _allowed(target)
-    # the converter's whole-model 16x8 file is a candidate where the target runs every op in 16x8
-    # (as the job does: rewriter.job.precision)
-    whole = ({WHOLE_16X8: whole16} if whole16 is not None
-             and all(allowed(op.op) or op.op in ("QUANTIZE", "DEQUANTIZE") for op in mq.ops)
-             else {})
-    if allowed:
-        res = search(mq, lambda d: accuracy(ref, run(d, held, runtime, tmp)),
-                     lambda d: vela_cost(d, tmp) if target.startswith("ethos") else
-                     {"size_kib": round(len(d) / 1024, 1)},
-                     args.accuracy, [{sig_in: x[None]} for x in cal[:args.probe]], allowed,
-                     log=lambda s: log(f"{name} {target} search: {s}"), whole=whole,
-                     refine=None if rounder is None else moves(rounder))
-        plan = (res.best.data if res.best.data is not None else
-                mq.build({s: "16x8" for s in res.best.promoted}))
-        row["plan"] = {"cosine": res.best.accuracy.get("out", 0.0),
-                       "top1": res.best.top1.get("out"),
-                       "met": res.met, "ops_16x8": len(res.best.promoted),
-                       "whole": bool(res.best.label),
-                       "ops": len(ops_of(flt)), "float_ops": float_ops(plan),
-                       "promoted": [s.split(";")[0][-60:] for s in res.best.promoted],
-                       "rounded": res.best.refined,
-                       **vela_cost(plan, tmp)}
-        # the quantizer's all-int8 file
-        row["aeq_int8"] = {"cosine": res.int8.accuracy.get("out"), "error": res.int8.error}
-        row["trials"] = [t.to_json() for t in res.trials]
+    from rewriter.tune.plan_search import accuracy
 
-
-def run_input_name(data: bytes, tmp: Path) -> str:
-    from rewriter.verify.runners import LiteRTRunner
-
-    path = tmp / "sig.tflite"
-    path.write_bytes(data)
-    return LiteRTRunner(path).inputs[0].name
+    work = tmp / f"job_{name}_{target}"
+    work.mkdir(parents=True, exist_ok=True)
+    km.save(work / "model.keras")
+    np.save(work / "cal.npy", np.stack(cal))
+    np.save(work / "held.npy", np.stack(held))
+    out = work / "out"
+    cmd = [sys.executable, "-m", "rewriter", "run", str(work / "model.keras"), "--target", target,
+           "--accuracy", str(args.accuracy), "--calibration", str(work / "cal.npy"),
+           "--data", str(work / "held.npy"), "--samples", str(len(held)), "-o", str(out), "-q"]
+    start = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    seconds = round(time.time() - start, 1)
+    log(f"{name} {target} job: exit {proc.returncode} in {seconds} s")
+    report_path = out / "report.json"
+    if not report_path.exists():
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
+        return {"error": f"exit {proc.returncode}, no report: {tail[0][:200]}",
+                "exit": proc.returncode, "seconds": seconds}
+    report = json.loads(report_path.read_text())
+    artifact = Path(report["export"]["path"])
+    data = artifact.read_bytes()
+    acc, top1 = accuracy(ref, run(data, held, runtime, tmp))
+    row = {"cosine": acc["out"], "top1": top1.get("out"), "exit": proc.returncode,
+           "seconds": seconds, "met": acc["out"] >= args.accuracy, **vela_cost(data, tmp),
+           "chosen": chosen(report), "summary": report.get("summary")}
+    return row
 
 
-def _allowed(target: str) -> Any:
-    from rewriter.targets.registry import load_target
-
-    t = load_target(target)
-    return lambda op: op not in ("QUANTIZE", "DEQUANTIZE") and bool(t.int16_kernel(op))
+def chosen(report: dict[str, Any]) -> str:
+    """What the job's artifact is, in a few words, from its report: the plan delivered (ops in
+    16x8, the refine move kept), the fine-tuning kept, the approximation kept."""
+    precision = report.get("precision") or {}
+    plan = precision.get("plan") or {}
+    if not precision:
+        parts = [f"{report.get('quantize')} file (no plan searched)"]
+    elif precision.get("delivered"):
+        total = len(precision.get("layers") or [])
+        parts = [plan.get("label") or f"{plan.get('promoted', 0)}/{total} ops 16x8"]
+        move = plan.get("refined") or {}
+        if move.get("kept") and move.get("move"):
+            parts.append(str(move["move"]))
+    else:
+        parts = [f"{report.get('quantize')} file (no plan delivered)"]
+    if (report.get("recover") or {}).get("kept"):
+        parts.append("fine-tuned (--recover)")
+    approx = report.get("approximation") or {}
+    if approx.get("kept"):  # its file replaced the others: the whole model in 16x8, one rule
+        parts = [f"the whole model in 16x8 with {approx.get('rule')} (approximate)"]
+    return ", ".join(parts)
 
 
 def _why(exc: BaseException) -> str:
@@ -243,8 +235,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             out.append(f"| {r['model']} | {r['target']} | every file | failed: {r['failed']} "
                        "| | | | | |")
             continue
-        for key, label in (("int8", "int8 only"), ("16x8", "16x8 only"),
-                           ("16x8_rounded", "16x8 only, int16 ranges 2x, weights by GPTQ"), ("plan", "plan"),
+        for key, label in (("int8", "int8 only (converter)"), ("16x8", "16x8 only (converter)"),
+                           ("plan", "rewrite --accuracy"),
                            ("weights", "ceiling: int8 weights, float activations")):
             c = r.get(key)
             if not c:
@@ -254,11 +246,8 @@ def table(rows: list[dict[str, Any]]) -> str:
                            "| | | | | |")
                 continue
             if key == "plan":
-                label = ("plan: whole model 16x8 (converter)" if c.get("whole") else
-                         f"plan: {c['ops_16x8']}/{c['ops']} ops 16x8") + (
-                    f", {c['rounded'].get('move', 'refined')}" if (c.get("rounded") or {}).get(
-                        "kept") else ""
-                ) + ("" if c["met"] else " (not met)")
+                label = (f"rewrite --accuracy (exit {c['exit']}): {c['chosen']}"
+                         + ("" if c["met"] else " (not met)"))
             top1 = "" if c.get("top1") is None else f"{c['top1']:.3f}"
             cost = " | ".join("" if c.get(k) is None else str(c[k])
                               for k in ("vela_ms", "sram_kib", "size_kib", "cpu_ops"))
@@ -271,17 +260,19 @@ def _about(args: Any) -> str:
     return (f"{args.size}x{args.size}, weights=None with BN statistics from a training-mode "
             f"pass; {args.calibration} calibration images, {args.heldback} held-back images "
             "(cosine and top-1 against the float file on the target's runtime: TFLite Micro for "
-            "tflm, LiteRT for Ethos-U); Vela 5.2 ethos-u55-128 estimate for every file; 'int8 "
-            "only' and '16x8 only' are the TFLite converter, the plan is the search's choice "
-            "(rewriter.tune.plan_search): the AI Edge Quantizer's file (rewriter.tune.mixed) or, "
-            "where the target runs every op in 16x8, the converter's whole-model 16x8 file, a "
-            "candidate too; every candidate is also tried with its int16 activation ranges 2x "
-            "wider (rewriter.tune.headroom) and its int8 weights rounded by GPTQ on the "
-            "calibration images (rewriter.tune.rounding), kept when better on the held-back "
-            "images; '16x8 only, int16 ranges 2x, weights by GPTQ' is the converter's 16x8 file "
-            "so refined. The ceiling: the float file with only its conv/dense weights "
-            "rounded to nearest int8 per channel (LiteRT), which bounds every int8 and 16x8 plan "
-            "with weights rounded to nearest. Weights drawn with keras.utils.set_random_seed(0).")
+            "tflm, LiteRT for Ethos-U); Vela 5.2 ethos-u55-128 estimate for every file. 'int8 "
+            "only' and '16x8 only' are the plain TFLite converter on the Keras model (its "
+            "representative dataset the calibration images); 'rewrite --accuracy' is the job as "
+            f"a user runs it: `rewrite model.keras --target T --accuracy {args.accuracy} "
+            "--calibration cal.npy --data held.npy --samples N` (the held-back images as --data, "
+            "so its verdict rests on them), its artifact measured here like the other files; "
+            "the words after it say what the job delivered (its report: the plan's ops in 16x8 "
+            "and the refine move kept, or the int8 file when no plan was delivered; "
+            "--recover or the approximation move when kept). The ceiling: the float file with "
+            "only its conv/dense weights rounded to nearest int8 per channel (LiteRT), which "
+            "bounds every int8 and 16x8 file with weights rounded to nearest (GPTQ rounding, a "
+            "move of the job's search, can pass it). Weights drawn with "
+            "keras.utils.set_random_seed(0).")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -291,7 +282,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=64)
     p.add_argument("--calibration", type=int, default=64)
     p.add_argument("--heldback", type=int, default=32)
-    p.add_argument("--probe", type=int, default=8)
     p.add_argument("--accuracy", type=float, default=0.99)
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "mixed_precision"))
     p.add_argument("--summarize", metavar="JSON", help="write the .md of a run's .json (a run "

@@ -267,17 +267,17 @@ def test_a_fine_tuned_file_the_runtime_cannot_run_is_dropped_not_exit_2(cli, tmp
     """MobileNetV3Large on tflm with --accuracy: the fine-tuned file made TFLite Micro abort on
     the training inputs (SIGABRT) and the job ended with exit 2 and no report. The candidate is
     now dropped with why, and the first artifact stands."""
-    import rewriter.job.pipeline as pipeline
+    import rewriter.job.recovery as recovery
     from rewriter.verify.runners import RunnerError
 
-    real = pipeline._train_error
+    real = recovery.train_error
 
     def aborting(ctx, path, *args, **kw):
-        if pipeline.CANDIDATE_DIR in str(path):
+        if recovery.CANDIDATE_DIR in str(path):
             raise RunnerError(f"{path}: TFLite Micro failed (killed by SIGABRT)")
         return real(ctx, path, *args, **kw)
 
-    monkeypatch.setattr(pipeline, "_train_error", aborting)
+    monkeypatch.setattr(recovery, "train_error", aborting)
     model = _convbn_elu(tmp_path / "net.keras", depth=2)
     code, out, _ = cli(model, "--target", "edgetpu", "--recover", "--epochs", "1",
                        "-o", tmp_path / "out", "--json")

@@ -391,10 +391,20 @@ def deploy(model: Model, target: Target, quantize: str, path: Path, steps: Steps
         exported = export_artifact(model, target, quantize, path, calibration, int8_io)
     if not exported.ok:
         return Deployment(exported, None)
-    with steps("check_artifact", "checking the artifact against the table"):
+    return _judge(target, exported, path, steps, vela, vela_outdir,
+                  ("check_artifact", "checking the artifact against the table"),
+                  ("vela", "compiling with Vela"))
+
+
+def _judge(target: Target, exported: Exported, path: Path, steps: Steps, vela: bool,
+           vela_outdir: Path | None, check: tuple[str, str], compile_: tuple[str, str]
+           ) -> Deployment:
+    """The exported file at ``path`` against the target's table, then through Vela for
+    Ethos-U; ``check`` and ``compile_`` name the two steps (the timings key, the message)."""
+    with steps(*check):
         verdict = check_artifact(target, path)
     if vela and target.vela_config:
-        with steps("vela", f"compiling with Vela ({target.vela_config})"):
+        with steps(compile_[0], f"{compile_[1]} ({target.vela_config})"):
             verdict = vela_stage(verdict, target, path, vela_outdir)
     return Deployment(exported, verdict)
 
@@ -415,12 +425,9 @@ def rejudge(target: Target, deployment: Deployment, steps: Steps, vela: bool = T
         ops, float_ops, io = tflite_ops(data)
         result = dataclasses.replace(result, size=len(data), ops=ops, io=io, float_ops=float_ops)
         exported = dataclasses.replace(exported, result=result)
-    with steps("check_plan", "checking the delivered plan against the table"):
-        verdict = check_artifact(target, path)
-    if vela and target.vela_config:
-        with steps("vela_plan", f"compiling the delivered plan with Vela ({target.vela_config})"):
-            verdict = vela_stage(verdict, target, path, vela_outdir)
-    return Deployment(exported, verdict)
+    return _judge(target, exported, path, steps, vela, vela_outdir,
+                  ("check_plan", "checking the delivered plan against the table"),
+                  ("vela_plan", "compiling the delivered plan with Vela"))
 
 
 def promote(candidate: Path, outdir: Path, deployment: Deployment) -> Deployment:
