@@ -17,7 +17,9 @@ TANH, whose int16 kernels fix the output scale. Because every activation scale m
 factor, the ratios between tensors that some kernels require equal stay equal; each CONV_2D /
 DEPTHWISE_CONV_2D / FULLY_CONNECTED whose input was widened gets its bias (scale ``s_in * s_w``)
 rescaled: its scales times ``factor``, its integers divided by ``factor`` and rounded (the
-bias is int64 in 16x8: at most half a step of the new scale lost). Kernels compute their
+bias is int64 in 16x8: at most half a step of the new scale lost); so does an int16 constant
+input of an op whose kernel needs its inputs at its output's scale (MINIMUM, MAXIMUM, e.g. the
+unfused hard swish's ``min(gate, 1)``: left alone, the 1 would read as ``factor``). Kernels compute their
 requantisation multipliers from these scales at prepare time, so the file computes the same
 function with coarser int16 steps. Only the scale values and bias integers are rewritten, in
 the flatbuffer's own bytes; int8 tensors and every other byte are left alone.
@@ -33,6 +35,9 @@ import numpy as np
 FACTOR = 2.0
 _FIXED_OUTPUT = ("SOFTMAX", "LOGISTIC", "TANH")
 _BIASED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
+#: Ops whose int16 kernels need every input at the output's quantisation (MINIMUM/MAXIMUM
+#: compare raw integers): a constant input is requantised with them.
+_SAME_SCALE = ("MINIMUM", "MAXIMUM", "CONCATENATION", "PACK")
 
 
 def _vector(table: Any, slot: int, dtype: Any, data: bytearray) -> np.ndarray | None:
@@ -81,6 +86,22 @@ def widen_int16(data: bytes, factor: float = FACTOR) -> bytes:
         widened.add(i)
     if not widened:
         return data
+    for op in ops:  # a same-scale op's int16 constant moves with the activations it meets
+        if op_name(op) not in _SAME_SCALE or op.Outputs(0) not in widened:
+            continue
+        for k in range(op.InputsLength()):
+            t = sub.Tensors(op.Inputs(k)) if op.Inputs(k) >= 0 else None
+            q = t.Quantization() if t is not None else None
+            if (t is None or t.Type() != fb.TensorType.INT16 or not constant(t) or q is None
+                    or q.ScaleLength() != 1 or np.any(q.ZeroPointAsNumpy() != 0)):
+                continue
+            at = q._tab.Vector(q._tab.Offset(8))
+            if at in seen:
+                continue
+            seen.add(at)
+            _vector(q, 8, np.float32, out)[:] *= np.float32(factor)
+            values = _buffer(model, t, np.int16, out)
+            values[:] = np.rint(values / factor).astype(np.int16)
     for op in ops:
         if (op_name(op) not in _BIASED or op.InputsLength() < 3 or op.Inputs(2) < 0
                 or op.Inputs(0) not in widened):
@@ -96,10 +117,17 @@ def widen_int16(data: bytes, factor: float = FACTOR) -> bytes:
             continue
         seen.add(at)
         _vector(bq, 8, np.float32, out)[:] *= np.float32(factor)
-        if buf.Offset() > 1:  # stored after the flatbuffer
-            start, size = buf.Offset(), buf.Size()
-        else:
-            start, size = buf._tab.Vector(buf._tab.Offset(4)), buf.DataLength()
-        values = np.frombuffer(out, dtype, size // np.dtype(dtype).itemsize, start)
+        values = _buffer(model, bt, dtype, out)
         values[:] = np.rint(values / factor).astype(dtype)
     return bytes(out)
+
+
+def _buffer(model: Any, t: Any, dtype: Any, data: bytearray) -> np.ndarray:
+    """A writable view of constant tensor ``t``'s values in ``data`` (in ``Buffer.data`` or
+    stored after the flatbuffer)."""
+    buf = model.Buffers(t.Buffer())
+    if buf.Offset() > 1:  # stored after the flatbuffer
+        start, size = buf.Offset(), buf.Size()
+    else:
+        start, size = buf._tab.Vector(buf._tab.Offset(4)), buf.DataLength()
+    return np.frombuffer(data, dtype, size // np.dtype(dtype).itemsize, start)

@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from rewriter.tune.min_max import integer_minimum
+
 #: Precisions a plan can give an op: int8 (the default), ``16x8`` (int16 activations, int8
 #: weights), ``float`` (left unquantised: a float island on the host where the target has one).
 PRECISIONS = ("int8", "16x8", "float")
@@ -186,8 +188,9 @@ class MixedQuantizer:
         (``float_io``, :func:`io_recipe`). Its constants are inside the flatbuffer
         (:func:`inline_buffers`), so TFLite Micro runs it, and a REDUCE_MAX the quantizer left
         float is integer (:func:`integer_reduce_max`), its int16 ADD/SUB computed with their
-        calibrated scales (:func:`general_int16_add`); ``inline=False`` gives the quantizer's
-        own bytes (large buffers stored by offset, REDUCE_MAX float, no DEQUANTIZE after an
+        calibrated scales (:func:`general_int16_add`), a MINIMUM it left float integer
+        (:func:`rewriter.tune.min_max.integer_minimum`); ``inline=False`` gives the quantizer's
+        own bytes (large buffers stored by offset, REDUCE_MAX and MINIMUM float, no DEQUANTIZE after an
         int16 output with ``float_io``), for diagnosis;
         ``quantizer_io=True`` the quantizer's own input and output (int8 input), for comparison."""
         io = [] if quantizer_io else io_recipe(precisions, self.ops, self.inputs, self.float_io)
@@ -200,9 +203,9 @@ class MixedQuantizer:
         data = inline_buffers(data)
         if self.float_io and not quantizer_io:
             data = dequantize_outputs(data)
-        return integer_reduce_max(general_int16_add(data),
-                                  {s for s, p in precisions.items() if p == "float"},
-                                  self.int16_reduce_max)
+        floats = {s for s, p in precisions.items() if p == "float"}
+        data = integer_minimum(general_int16_add(data), floats)
+        return integer_reduce_max(data, floats, self.int16_reduce_max)
 
     def close(self) -> None:
         self._tmp.cleanup()
