@@ -15,8 +15,8 @@ reach the target (the ops with no 16x8 kernel on the target, or none: the whole 
 was tried). Where the target has a 16x8 kernel for every op, the TFLite converter's whole-model
 16x8 file is one more candidate, measured and costed like the others (:func:`rewriter.tune.plan_search.search`'s ``whole``).
 Every candidate is also tried refined (the search's ``refine``, :func:`rewriter.tune.rounding.moves`):
-its int16 activation ranges 2x wider (:func:`rewriter.tune.headroom.widen_int16`), and that with
-its int8 weights rounded by GPTQ on the calibration samples (:class:`rewriter.tune.rounding.Rounder`);
+its int16 activation ranges 2x, 4x and 8x wider (:func:`rewriter.tune.headroom.widen_int16`), and
+each with its int8 weights rounded by GPTQ on the calibration samples (:class:`rewriter.tune.rounding.Rounder`);
 the best is kept only when better on the verification samples.
 
 Each output is judged by its own criterion (:func:`rewriter.verify.metrics.reached`): cosine

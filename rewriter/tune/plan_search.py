@@ -22,8 +22,9 @@ headroom, GPTQ weight rounding on the calibration data): each plan and whole-mod
 is also refined (one file, or alternatives by name) and measured the same way, and the best
 refined file replaces it only when its worst output is higher on the held-back data
 ``evaluate`` measures, which the refinement never saw; the trial says so (``refined``: kept,
-the move kept, the worst output before and after, each alternative's). The int8 baseline the
-result reports is the plain one.
+the move kept, the worst output before and after, each alternative's). A refined file is
+costed only when kept (the moves change scales and weights, not ops: Vela's cost is the
+plan's; the kept file's own is measured). The int8 baseline the result reports is the plain one.
 
 Each output is judged by its own criterion (:func:`rewriter.verify.metrics.reached`): a float
 output by its cosine, an integer output (an arg-max index map, ids) by its index agreement (the
@@ -222,7 +223,8 @@ def search(mq: MixedQuantizer, evaluate: Callable[[bytes], tuple[dict[str, float
         for move, better in options.items():
             if better == data:
                 continue
-            other = judge_once(key, better, f"{label} {move}".strip())
+            # costed once kept: the moves change values (scales, weights), not the ops
+            other = judge_once(key, better, f"{label} {move}".strip(), trial.cost)
             tried[move] = None if other.error else other.worst
             if other.error is None and other.worst > chosen.worst:
                 chosen, kept_move, kept_data = other, move, better
@@ -235,20 +237,24 @@ def search(mq: MixedQuantizer, evaluate: Callable[[bytes], tuple[dict[str, float
             trial.refined = info
             return trial
         info.update(move=kept_move, after=chosen.worst)
+        chosen.cost = cost(kept_data)
         chosen.label, chosen.data, chosen.refined, chosen.base = label, kept_data, info, trial
         return chosen
 
-    def judge_once(key: tuple[str, ...], data: bytes, label: str = "") -> Trial:
+    def judge_once(key: tuple[str, ...], data: bytes, label: str = "",
+                   costed: dict[str, Any] | None = None) -> Trial:
+        """One file measured; ``costed``: the cost to show instead of measuring it."""
+        spent = costed if costed is not None else cost(data)
         try:
             acc, top1 = evaluate(data)
         except Exception as exc:  # e.g. TFLite Micro aborted: kept as a trial, never chosen
             line = (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:300]
-            trial = Trial(key, {}, cost(data), {}, label, f"{type(exc).__name__}: {line}")
+            trial = Trial(key, {}, spent, {}, label, f"{type(exc).__name__}: {line}")
         else:
-            trial = Trial(key, acc, cost(data), top1, label)
+            trial = Trial(key, acc, spent, top1, label)
         log(f"{label or f'{len(key)} op(s) in 16x8'}: "
             + (f"failed: {trial.error}" if trial.error else f"worst output {trial.worst:.5f}")
-            + f" cost {trial.cost}")
+            + ("" if costed is not None else f" cost {trial.cost}"))
         return trial
 
     def measure(promoted: Sequence[str]) -> tuple[Trial, bytes]:
