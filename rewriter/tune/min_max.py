@@ -21,7 +21,10 @@ shared by many MINIMUMs). Other QUANTIZE readers of the float output read ``m``.
 Exact but for rounding: clamping and rounding to ``m`` are monotone, and monotone maps commute
 with min, so ``min(q(a), q(c)) = q(min(a, c))``; ``a`` is quantised straight at ``m`` (one
 rounding, not two: the producer's range was wider, e.g. the hard swish's ``x/6 + 1/2`` up to
-1.38 where the gate ``m`` ends at 1).
+1.38 where the gate ``m`` ends at 1). A constant past ``m``'s range saturates at its end, exact
+within that range; a file whose int16 ranges are widened afterwards
+(:func:`rewriter.tune.headroom.widen_int16`) then reads the constant at that end, not at its own
+value (MobileNetV3Large: every gate's calibrated range ends at 1, the constant, so none does).
 """
 
 from __future__ import annotations
