@@ -72,6 +72,10 @@ PLAN = [
     # 3 models x 2 targets; MobileNetV2 on one target alone took 24 min on the shared machine.
     Bench("mixed_precision", ("benchmarks/mixed_precision.py",),
           (R + "mixed_precision.md", R + "mixed_precision.json"), 150),
+    # Basic Pitch --accuracy 0.99 on tflm, ethos-u55-128, onnx with 32 --data clips: the tflm
+    # job with --recover took 9 min by hand (s14-bp, beside other work), plus 3 verify runs.
+    Bench("basic_pitch_accuracy", ("benchmarks/basic_pitch_accuracy.py",),
+          (R + "basic_pitch_accuracy.md", R + "basic_pitch_accuracy.json"), 30),
     # MobileNetV2 64x64 (4 files in LiteRT), the audio model's 2 jobs, Basic Pitch's onnx job:
     # 631 s measured at 80cd224 beside other work.
     Bench("precision_bounds", ("benchmarks/precision_bounds.py",),
