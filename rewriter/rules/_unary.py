@@ -133,14 +133,15 @@ class RampFit:
 
 
 def fit_ramps(fn: UnaryFunction, lo: float, hi: float, max_segments: int = MAX_SEGMENTS,
-              refit: bool = True) -> RampFit | str:
-    """Fit ``fn`` on the observed range ``[lo, hi]``; a reason (str) when it cannot be fitted."""
+              refit: bool = True, margin: float = MARGIN) -> RampFit | str:
+    """Fit ``fn`` on the observed range ``[lo, hi]`` widened by ``margin`` of its width each
+    side; a reason (str) when it cannot be fitted."""
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return f"the observed range [{lo}, {hi}] is not finite"
     width = max(hi - lo, 1e-3 * max(1.0, abs(lo), abs(hi)))
     # widen by MARGIN, but at most halfway to a finite domain edge (log near 0 is steep)
-    flo = max(lo - min(MARGIN * width, (lo - fn.domain[0]) / 2), _inside(fn.domain[0], +1))
-    fhi = min(hi + min(MARGIN * width, (fn.domain[1] - hi) / 2), _inside(fn.domain[1], -1))
+    flo = max(lo - min(margin * width, (lo - fn.domain[0]) / 2), _inside(fn.domain[0], +1))
+    fhi = min(hi + min(margin * width, (fn.domain[1] - hi) / 2), _inside(fn.domain[1], -1))
     if not flo < fhi or lo < fn.domain[0] or hi > fn.domain[1]:
         return (f"{fn.name} is not finite on the observed range [{lo:.4g}, {hi:.4g}] "
                 f"(domain {fn.domain})")
