@@ -244,6 +244,20 @@ def test_recover_is_the_accuracy_search_s_last_move(cli, tmp_path):
     assert report["equivalence"]["artifact"]["outputs"]["logits"]["cosine"] >= 0.999
 
 
+def test_the_accuracy_search_reaches_its_last_move_in_the_default_run(cli, tmp_path):
+    """The path of an --accuracy job whose plans miss the target on to --recover, in the default
+    run (the slow test above proves the move meets it): a rename once turned the call that
+    records the move into an AttributeError (exit 3) that only slow tests reached."""
+    model = _convbn_elu(tmp_path / "net.keras", depth=2)
+    code, out, _ = cli(model, "--target", "edgetpu", "--accuracy", "0.99999", "--epochs", "1",
+                       "-o", tmp_path / "out", "--json")
+    assert code in (0, 1), out[-2000:]
+    report = json.loads(out)
+    prec = report["precision"]
+    assert prec["recover"] is not None and prec["recover"].get("tried", True), prec["recover"]
+    assert any("then --recover, the search's last move:" in w for w in report["warnings"])
+
+
 def test_a_diverging_fine_tuning_leaves_the_weights_as_they_were():
     """A fine-tuning whose loss or weights turn non-finite (the audio model's on ethos-u55-128
     under --accuracy: its NaN weights failed the export as 'exit 2, fix the model') stops there

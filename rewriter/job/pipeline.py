@@ -140,7 +140,7 @@ def run_job(model: Model, target: Target, outdir: Path, options: JobOptions | No
             # the search's last move: distillation, kept only when better beyond the noise on
             # the verification inputs (rewriter.tune.recover.decide)
             attempt, recovery = recover_attempt(ctx, attempt, bar)
-            precision.afterrecover_attempt(recovery, attempt.artifact)
+            precision.after_recover(recovery, attempt.artifact)
         attempt.warnings.append(precision.describe())
     approximation = None
     # every op in 16x8 (asked, or an int8 job whose plans missed --accuracy on a target with
