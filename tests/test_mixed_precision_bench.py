@@ -61,3 +61,21 @@ def test_the_plan_row_says_what_the_job_delivered():
         "vela_ms": 8.5, "sram_kib": 244.4, "size_kib": 3965.0, "cpu_ops": 0}}]
     assert ("| M | tflm | rewrite --accuracy (exit 0): 40/65 ops 16x8 | 0.9912 | 0.750 | 8.5 | "
             "244.4 | 3965.0 | 0 |") in mp.table(rows)
+
+
+def test_what_other_benchmarks_take_from_it_exists():
+    """benchmarks/precision_bounds.py imports this module and called a helper that a change here
+    had removed (AttributeError, found only when regenerating): every ``mp.NAME`` another
+    benchmark reads must exist."""
+    import re
+    from pathlib import Path
+
+    root = Path(mp.__file__).parent
+    used = {}
+    for path in root.glob("*.py"):
+        text = path.read_text()
+        if re.search(r"import mixed_precision as mp\b", text):
+            used[path.name] = set(re.findall(r"\bmp\.(\w+)", text))
+    assert used, "no benchmark imports mixed_precision: the test reads nothing"
+    missing = {f: sorted(n for n in names if not hasattr(mp, n)) for f, names in used.items()}
+    assert not any(missing.values()), missing
