@@ -69,13 +69,14 @@ PLAN = [
     # s11-audio one more (--accuracy 0.99 on ethos-u55-128, ~25 s) and two files on 8 clip sets.
     Bench("audio_16x8", ("benchmarks/audio_16x8.py",),
           (R + "audio_16x8.md", R + "audio_16x8.json"), 6, quick=True),
-    # 3 models x 2 targets; MobileNetV2 on one target alone took 24 min on the shared machine.
+    # 3 models x 2 targets, the job itself per row: 3461 s at 26c85ee beside other work
+    # (ResNet50's jobs 805 s and 1107 s, MobileNetV3Large's 186 s and 249 s).
     Bench("mixed_precision", ("benchmarks/mixed_precision.py",),
-          (R + "mixed_precision.md", R + "mixed_precision.json"), 150),
+          (R + "mixed_precision.md", R + "mixed_precision.json"), 58, measured=True),
     # Basic Pitch --accuracy 0.99 on tflm, ethos-u55-128, onnx with 32 --data clips: the tflm
-    # job with --recover took 9 min by hand (s14-bp, beside other work), plus 3 verify runs.
+    # job with --recover: 540 s in all at 26c85ee (the tflm job 404 s), beside other work.
     Bench("basic_pitch_accuracy", ("benchmarks/basic_pitch_accuracy.py",),
-          (R + "basic_pitch_accuracy.md", R + "basic_pitch_accuracy.json"), 30),
+          (R + "basic_pitch_accuracy.md", R + "basic_pitch_accuracy.json"), 9, measured=True),
     # MobileNetV2 64x64 (4 files in LiteRT), the audio model's 2 jobs, Basic Pitch's onnx job:
     # 631 s measured at 80cd224 beside other work.
     Bench("precision_bounds", ("benchmarks/precision_bounds.py",),
@@ -172,6 +173,11 @@ PLAN = [
 ORDER = ["memory_ratio"]
 
 
+def _written_since(path: Path, start: float) -> bool:
+    """``path`` exists and was written at or after ``start`` (a run's own output)."""
+    return path.exists() and path.stat().st_mtime >= start - 1
+
+
 def _files_stamp(bench: Bench) -> None:
     files = [ROOT / f for f in bench.files]
     commit = stamp.header(bench.command, bench.script)["commit"]
@@ -237,8 +243,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== {bench.name}: exit {code}, {time.time() - start:.0f} s", flush=True)
         if code != 0:
             failed.append(bench.name)
-        if all((ROOT / f).exists() for f in bench.files):
+        if code == 0 and all(_written_since(ROOT / f, start) for f in bench.files):
             _files_stamp(bench)
+        elif any((ROOT / f).exists() for f in bench.files):  # never stamp what it did not write
+            print(f"== {bench.name}: its files were not all written by this run: not stamped",
+                  flush=True)
     check(plan)
     from benchmarks import figures
 

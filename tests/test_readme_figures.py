@@ -141,3 +141,32 @@ def test_quick_plan_fits_about_thirty_minutes():
     from benchmarks.regenerate import PLAN
 
     assert 20 <= sum(b.minutes for b in PLAN if b.quick) <= 35
+
+
+def test_a_benchmark_that_fails_leaves_its_old_files_unstamped(tmp_path, monkeypatch):
+    """regenerate.py stamped a benchmark's files whenever they existed: precision_bounds.py
+    failed in 10 s (AttributeError) and its previous results were stamped with the new commit
+    as if measured there. Only files the run wrote, from a run that exited 0, are stamped."""
+    import benchmarks.regenerate as regen
+
+    old = tmp_path / "old.md"
+    old.write_text("# measured long ago\n")
+    bench = regen.Bench("failing", ("benchmarks/failing.py",), (str(old),), 1)
+    stamped = []
+    monkeypatch.setattr(regen, "PLAN", [bench])
+    monkeypatch.setattr(regen, "_files_stamp", lambda b: stamped.append(b.name))
+    monkeypatch.setattr(regen, "check", lambda plan: 0)
+    monkeypatch.setattr(regen.subprocess, "call", lambda *a, **k: 1)
+    import benchmarks.figures as figures
+
+    monkeypatch.setattr(figures, "mark", lambda: 0)
+    assert regen.main(["--only", "failing"]) == 1
+    assert stamped == []
+
+    def writes(*a, **k):
+        old.write_text("# measured now\n")
+        return 0
+
+    monkeypatch.setattr(regen.subprocess, "call", writes)
+    assert regen.main(["--only", "failing"]) == 0
+    assert stamped == ["failing"]
