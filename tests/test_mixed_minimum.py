@@ -14,37 +14,23 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rewriter.tune.mixed import MixedQuantizer, float_ops
-from rewriter.verify.runners import LiteRTRunner
+from rewriter.tune.mixed import float_ops
+from tests.dense_quantizer import outputs, quantizer
 
 
 @pytest.fixture(scope="module")
 def swish_model(tmp_path_factory):
     import keras
-    import tensorflow as tf
 
-    keras.utils.set_random_seed(0)
-    inp = keras.Input((16,), batch_size=1)
-    x = keras.layers.Dense(8, name="wide")(inp)
-    gate = keras.ops.minimum(keras.ops.relu(x * (1.0 / 6.0) + 0.5), 1.0)
-    out = keras.layers.Dense(3, name="head")(x * gate)
-    data = bytes(tf.lite.TFLiteConverter.from_keras_model(keras.Model(inp, out)).convert())
-    tmp = tmp_path_factory.mktemp("minimum")
-    (tmp / "float.tflite").write_bytes(data)
-    name = LiteRTRunner(tmp / "float.tflite").inputs[0].name
-    rng = np.random.default_rng(0)
-    cal = [{name: rng.normal(0, 3, size=(1, 16)).astype(np.float32)} for _ in range(64)]
-    held = [{name: rng.normal(0, 3, size=(1, 16)).astype(np.float32)} for _ in range(32)]
-    mq = MixedQuantizer(data, cal)
-    yield mq, held, tmp
-    mq.close()
+    def hard_swish(x):
+        return x * keras.ops.minimum(keras.ops.relu(x * (1.0 / 6.0) + 0.5), 1.0)
+
+    yield from quantizer(tmp_path_factory.mktemp("minimum"), hard_swish, spread=3.0)
 
 
 def _outputs(tmp, data, held, name):
-    path = tmp / name
-    path.write_bytes(data)
-    r = LiteRTRunner(path)
-    return np.stack([next(iter(r.run(s).values())) for s in held]).astype(np.float64)
+    return np.stack([next(iter(o.values())) for o in outputs(tmp, data, held, name)]
+                    ).astype(np.float64)
 
 
 def _output_scale(data):

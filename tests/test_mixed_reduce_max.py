@@ -11,45 +11,25 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rewriter.tune.mixed import MixedQuantizer, float_ops, integer_reduce_max
-from rewriter.verify.runners import LiteRTRunner
+from rewriter.tune.mixed import float_ops, integer_reduce_max
+from tests.dense_quantizer import outputs, quantizer
 
 
 @pytest.fixture(scope="module")
 def max_model(tmp_path_factory):
     import keras
-    import tensorflow as tf
 
-    keras.utils.set_random_seed(0)
-    inp = keras.Input((16,), batch_size=1)
-    d = keras.layers.Dense(8, name="wide")(inp)
-    out = keras.layers.Dense(3, name="head")(d - keras.ops.max(d, axis=-1, keepdims=True))
-    data = bytes(tf.lite.TFLiteConverter.from_keras_model(keras.Model(inp, out)).convert())
-    tmp = tmp_path_factory.mktemp("reduce_max")
-    (tmp / "float.tflite").write_bytes(data)
-    name = LiteRTRunner(tmp / "float.tflite").inputs[0].name
-    rng = np.random.default_rng(0)
-    cal = [{name: rng.normal(size=(1, 16)).astype(np.float32)} for _ in range(64)]
-    held = [{name: rng.normal(size=(1, 16)).astype(np.float32)} for _ in range(32)]
-    mq = MixedQuantizer(data, cal)
-    yield mq, held, tmp
-    mq.close()
+    yield from quantizer(tmp_path_factory.mktemp("reduce_max"),
+                         lambda d: d - keras.ops.max(d, axis=-1, keepdims=True))
 
 
-def _outputs(tmp, data, held, name):
-    path = tmp / name
-    path.write_bytes(data)
-    r = LiteRTRunner(path)
-    return [r.run(s) for s in held]
-
-
-def test_the_quantizers_float_reduce_max_becomes_integer_with_the_same_outputs(max_model):
+def test_the_quantizers_float_reduce_max_becomes_integer_with_the_sameoutputs(max_model):
     mq, held, tmp = max_model
     raw, built = mq.build({}, inline=False), mq.build({})
     assert float_ops(raw) == ["REDUCE_MAX"]  # the quantizer's own file: the defect
     assert float_ops(built) == []
-    a = _outputs(tmp, raw, held, "raw.tflite")
-    b = _outputs(tmp, built, held, "built.tflite")
+    a = outputs(tmp, raw, held, "raw.tflite")
+    b = outputs(tmp, built, held, "built.tflite")
     for x, y in zip(a, b):
         for k in x:
             # bound: the QUANTIZE after it requantises in integer arithmetic, at most one step
@@ -81,8 +61,8 @@ def test_an_int16_input_is_read_as_int16_only_where_the_target_runs_it(max_model
     path = tmp / "narrow.tflite"
     path.write_bytes(narrow)
     assert load_target("tflm").check_artifact(str(path)).unsupported_summary() == []
-    a = _outputs(tmp, raw, held, "raw16.tflite")
-    b = _outputs(tmp, narrow, held, "narrow16.tflite")
+    a = outputs(tmp, raw, held, "raw16.tflite")
+    b = outputs(tmp, narrow, held, "narrow16.tflite")
     step = _output_scale(path)
     gap = max(float(np.abs(x[k] - y[k]).max()) for x, y in zip(a, b) for k in x)
     assert gap <= step, (gap, step)  # measured: 0.0 on all 32 x 3 outputs
@@ -103,7 +83,7 @@ def test_the_int8_reduce_max_of_an_int16_input_runs_in_tflite_micro(max_model):
     wide = {op.scope: "16x8" for op in mq.ops if "wide" in op.scope}
     path = tmp / "narrow_tflm.tflite"
     path.write_bytes(mq.build(wide))  # int16_reduce_max=False: TFLite Micro's
-    lite = _outputs(tmp, path.read_bytes(), held, "narrow_lite.tflite")
+    lite = outputs(tmp, path.read_bytes(), held, "narrow_lite.tflite")
     micro = TflmRunner(path).run_many(held)
     gap = max(float(np.abs(x[k] - y[k]).max()) for x, y in zip(lite, micro) for k in x)
     assert gap <= _output_scale(path), gap  # measured: 0.0

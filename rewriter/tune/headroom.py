@@ -95,13 +95,7 @@ def widen_int16(data: bytes, factor: float = FACTOR) -> bytes:
             if (t is None or t.Type() != fb.TensorType.INT16 or not constant(t) or q is None
                     or q.ScaleLength() != 1 or np.any(q.ZeroPointAsNumpy() != 0)):
                 continue
-            at = q._tab.Vector(q._tab.Offset(8))
-            if at in seen:
-                continue
-            seen.add(at)
-            _vector(q, 8, np.float32, out)[:] *= np.float32(factor)
-            values = _buffer(model, t, np.int16, out)
-            values[:] = np.rint(values / factor).astype(np.int16)
+            _rescale(model, t, q, np.int16, factor, out, seen)
     for op in ops:
         if (op_name(op) not in _BIASED or op.InputsLength() < 3 or op.Inputs(2) < 0
                 or op.Inputs(0) not in widened):
@@ -112,14 +106,22 @@ def widen_int16(data: bytes, factor: float = FACTOR) -> bytes:
         buf = model.Buffers(bt.Buffer())
         if dtype is None or bq is None or not (buf.DataLength() or buf.Offset() > 1):
             continue
-        at = bq._tab.Vector(bq._tab.Offset(8))
-        if at in seen:
-            continue
-        seen.add(at)
-        _vector(bq, 8, np.float32, out)[:] *= np.float32(factor)
-        values = _buffer(model, bt, dtype, out)
-        values[:] = np.rint(values / factor).astype(dtype)
+        _rescale(model, bt, bq, dtype, factor, out, seen)
     return bytes(out)
+
+
+def _rescale(model: Any, t: Any, q: Any, dtype: Any, factor: float, data: bytearray,
+             seen: set[int]) -> None:
+    """Constant tensor ``t`` (quantisation ``q``) at ``factor`` times its scale, same values:
+    its scales times ``factor``, its integers divided by ``factor`` and rounded, in ``data``;
+    nothing when its scale vector is in ``seen`` (a vector two tensors share, already done)."""
+    at = q._tab.Vector(q._tab.Offset(8))
+    if at in seen:
+        return
+    seen.add(at)
+    _vector(q, 8, np.float32, data)[:] *= np.float32(factor)
+    values = _buffer(model, t, dtype, data)
+    values[:] = np.rint(values / factor).astype(dtype)
 
 
 def _buffer(model: Any, t: Any, dtype: Any, data: bytearray) -> np.ndarray:

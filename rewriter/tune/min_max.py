@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from rewriter.tune.flatbuffer_index import Index
+
 #: Producers whose output scale is theirs to choose (they requantise their accumulator), so
 #: writing straight at the MINIMUM's quantisation costs nothing.
 _REQUANTISING = ("ADD", "SUB", "MUL", "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
@@ -49,23 +51,8 @@ def integer_minimum(data: bytes, keep: Collection[str] = ()) -> bytes:
     from tensorflow.lite.tools import flatbuffer_utils
 
     model = flatbuffer_utils.convert_bytearray_to_object(bytearray(data))
-    sub = model.subgraphs[0]
-    names = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
-
-    def code(op: Any) -> str:
-        c = model.operatorCodes[op.opcodeIndex]
-        return names.get(max(int(c.builtinCode), int(c.deprecatedBuiltinCode)), "?")
-
-    def constant(t: int) -> bool:
-        buf = model.buffers[sub.tensors[t].buffer]
-        return buf.data is not None and len(buf.data) > 0
-
-    made_by = {t: op for op in sub.operators for t in op.outputs}
-    readers: dict[int, list[Any]] = {}
-    for op in sub.operators:
-        for t in op.inputs:
-            readers.setdefault(t, []).append(op)
-    graph_io = set(sub.inputs) | set(sub.outputs)
+    ix = Index.of(model)
+    sub, code, constant, made_by, readers = ix.sub, ix.code, ix.constant, ix.made_by, ix.readers
     integer = (fb.TensorType.INT8, fb.TensorType.INT16)
     drop: list[Any] = []
     for op in sub.operators:
@@ -73,7 +60,7 @@ def integer_minimum(data: bytes, keep: Collection[str] = ()) -> bytes:
             continue
         out = op.outputs[0]
         after = readers.get(out, [])
-        if (sub.tensors[out].type != fb.TensorType.FLOAT32 or out in graph_io or not after
+        if (sub.tensors[out].type != fb.TensorType.FLOAT32 or out in ix.graph_io or not after
                 or not all(code(r) == "QUANTIZE" for r in after)):
             continue
         fed = [t for t in op.inputs if not constant(t)]
@@ -81,11 +68,11 @@ def integer_minimum(data: bytes, keep: Collection[str] = ()) -> bytes:
         if not fed or not all(d is not None and code(d) == "DEQUANTIZE"
                               and sub.tensors[d.inputs[0]].type in integer for d in deqs):
             continue
-        if not all(all(r is op for r in readers.get(t, [])) and t not in graph_io for t in fed):
+        if not all(ix.only_read_by(t, op) for t in fed):
             continue  # a dequantised input something else reads as float
         first = after[0]
         m = sub.tensors[first.outputs[0]]
-        if (m.type not in integer or first.outputs[0] in graph_io
+        if (m.type not in integer or first.outputs[0] in ix.graph_io
                 or m.quantization is None or len(m.quantization.scale) != 1):
             continue
         for k, t in enumerate(op.inputs):
@@ -95,8 +82,7 @@ def integer_minimum(data: bytes, keep: Collection[str] = ()) -> bytes:
             deq = made_by[t]
             a = deq.inputs[0]
             producer = made_by.get(a)
-            alone = all(r is deq for r in readers.get(a, [])) and a not in graph_io
-            if (alone and producer is not None and code(producer) in _REQUANTISING
+            if (ix.only_read_by(a, deq) and producer is not None and code(producer) in _REQUANTISING
                     and sub.tensors[a].type == m.type):
                 sub.tensors[a].quantization = copy.deepcopy(m.quantization)
                 op.inputs[k] = a

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from rewriter.tune.flatbuffer_index import Index, op_name
 from rewriter.tune.min_max import integer_minimum
 
 #: Precisions a plan can give an op: int8 (the default), ``16x8`` (int16 activations, int8
@@ -111,11 +112,9 @@ class Op:
 def ops_of(data: bytes) -> list[Op]:
     """The operators of a ``.tflite`` (subgraph 0) with their scopes, in execution order."""
     from ai_edge_quantizer.utils import tfl_flatbuffer_utils as fu
-    from tensorflow.lite.python import schema_py_generated as fb
     from tensorflow.lite.tools import flatbuffer_utils
 
     model = flatbuffer_utils.convert_bytearray_to_object(bytearray(data))
-    names = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
     sub = model.subgraphs[0]
 
     def tname(i: int) -> str:
@@ -125,8 +124,8 @@ def ops_of(data: bytes) -> list[Op]:
     out = []
     for k, op in enumerate(sub.operators):
         code = model.operatorCodes[op.opcodeIndex]
-        builtin = max(int(code.builtinCode), int(code.deprecatedBuiltinCode))
-        out.append(Op(k, names.get(builtin, str(builtin)), fu.get_op_scope(op, sub.tensors),
+        builtin = str(max(int(code.builtinCode), int(code.deprecatedBuiltinCode)))
+        out.append(Op(k, op_name(model, op, builtin), fu.get_op_scope(op, sub.tensors),
                       tuple(tname(i) for i in op.outputs if i >= 0),
                       tuple(tname(i) for i in op.inputs if i >= 0)))
     return out
@@ -314,31 +313,21 @@ def integer_reduce_max(data: bytes, keep: Collection[str] = (), int16: bool = Fa
     from tensorflow.lite.tools import flatbuffer_utils
 
     model = flatbuffer_utils.convert_bytearray_to_object(bytearray(data))
-    sub = model.subgraphs[0]
-
-    def code(op: Any) -> int:
-        c = model.operatorCodes[op.opcodeIndex]
-        return max(int(c.builtinCode), int(c.deprecatedBuiltinCode))
-
-    made_by = {t: op for op in sub.operators for t in op.outputs}
-    readers: dict[int, list[Any]] = {}
-    for op in sub.operators:
-        for t in op.inputs:
-            readers.setdefault(t, []).append(op)
-    graph_io = set(sub.inputs) | set(sub.outputs)
+    ix = Index.of(model)
+    sub, code, made_by, readers = ix.sub, ix.code, ix.made_by, ix.readers
     drop, changed = [], False
     for op in sub.operators:
-        if code(op) != fb.BuiltinOperator.REDUCE_MAX or fu.get_op_scope(op, sub.tensors) in keep:
+        if code(op) != "REDUCE_MAX" or fu.get_op_scope(op, sub.tensors) in keep:
             continue
         src, out = op.inputs[0], op.outputs[0]
         deq = made_by.get(src)
-        if (deq is None or code(deq) != fb.BuiltinOperator.DEQUANTIZE
-                or sub.tensors[out].type != fb.TensorType.FLOAT32 or out in graph_io
-                or not all(code(r) == fb.BuiltinOperator.QUANTIZE for r in readers.get(out, []))):
+        if (deq is None or code(deq) != "DEQUANTIZE"
+                or sub.tensors[out].type != fb.TensorType.FLOAT32 or out in ix.graph_io
+                or not all(code(r) == "QUANTIZE" for r in readers.get(out, []))):
             continue
         a = deq.inputs[0]
-        if (sub.tensors[a].type == fb.TensorType.INT16 and not int16 and src not in graph_io
-                and all(r is op for r in readers.get(src, [])) and readers.get(out)):
+        if (sub.tensors[a].type == fb.TensorType.INT16 and not int16 and ix.only_read_by(src, op)
+                and readers.get(out)):
             _narrow(deq, sub.tensors[src], op, sub.tensors[out],
                     sub.tensors[readers[out][0].outputs[0]], readers[out][0].opcodeIndex)
             changed = True
@@ -351,7 +340,7 @@ def integer_reduce_max(data: bytes, keep: Collection[str] = (), int16: bool = Fa
         t.quantization = copy.deepcopy(sub.tensors[a].quantization)
         op.inputs[0] = a
         changed = True
-        if all(r is op for r in readers.get(src, [])) and src not in graph_io:
+        if ix.only_read_by(src, op):
             drop.append(deq)
     if not changed:
         return data
@@ -463,12 +452,10 @@ def float_ops(data: bytes) -> list[str]:
     from tensorflow.lite.tools import flatbuffer_utils
 
     model = flatbuffer_utils.convert_bytearray_to_object(bytearray(data))
-    names = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
     sub = model.subgraphs[0]
     out = []
     for op in sub.operators:
-        code = model.operatorCodes[op.opcodeIndex]
-        name = names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode)), "?")
+        name = op_name(model, op)
         if name in ("QUANTIZE", "DEQUANTIZE"):
             continue
         if any(sub.tensors[i].type == fb.TensorType.FLOAT32 for i in op.outputs if i >= 0):
@@ -491,13 +478,10 @@ def int8_weights_only(data: bytes) -> tuple[bytes, int]:
     from tensorflow.lite.tools import flatbuffer_utils
 
     model = flatbuffer_utils.convert_bytearray_to_object(bytearray(data))
-    names = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
     sub = model.subgraphs[0]
     done: set[int] = set()
     for op in sub.operators:
-        code = model.operatorCodes[op.opcodeIndex]
-        axis = _WEIGHT_AXIS.get(names.get(max(int(code.builtinCode),
-                                               int(code.deprecatedBuiltinCode)), ""))
+        axis = _WEIGHT_AXIS.get(op_name(model, op))
         if axis is None or len(op.inputs) < 2 or op.inputs[1] < 0 or op.inputs[1] in done:
             continue
         tensor = sub.tensors[op.inputs[1]]

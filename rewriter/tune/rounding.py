@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from rewriter.tune.flatbuffer_index import op_name
+
 #: Damping added to ``H``'s diagonal, as a share of its mean (GPTQ's default).
 DAMP = 0.01
 #: Columns per lazy-update block of GPTQ.
@@ -88,14 +90,7 @@ def _model(data: bytes) -> Any:
 
 
 def _op_names(model: Any) -> list[str]:
-    from tensorflow.lite.python import schema_py_generated as fb
-
-    names = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
-    out = []
-    for op in model.subgraphs[0].operators:
-        c = model.operatorCodes[op.opcodeIndex]
-        out.append(names.get(max(int(c.builtinCode), int(c.deprecatedBuiltinCode)), "?"))
-    return out
+    return [op_name(model, op) for op in model.subgraphs[0].operators]
 
 
 def _name(sub: Any, i: int) -> str:
