@@ -28,6 +28,10 @@ CALIBRATION_SEED = 1
 #: data, this many (at most a quarter of it, at least one) are held back from calibration and
 #: the verdict rests on them (:func:`rewriter.job.stages.job_data`).
 VERIFY_SAMPLES = 8
+#: With ``--data`` (data the calibration never sees), every sample given up to this many is
+#: verified on (``--samples`` sets another number): the verdict and ``--recover``'s keep-or-drop
+#: rest on the user's own held-back set, not on 8 of it.
+DATA_SAMPLES = 32
 #: Seed of synthetic verification samples.
 VERIFY_SEED = 0
 #: Fine-tuning epochs of ``--recover``.

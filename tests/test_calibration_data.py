@@ -72,8 +72,15 @@ def test_two_sets_calibrate_on_all_of_one_and_verify_on_the_other(small):
     model = load_model(tmp / "m.keras")
     job = job_data(model, "int8", calibration=str(tmp / "cal.npy"), inputs=str(tmp / "other.npy"))
     np.testing.assert_array_equal(_stack(job.calibration_samples), data)
-    np.testing.assert_array_equal(_stack(job.samples), data[:8] * 0.5)
-    assert job.basis == "8 sample(s) of --data (not calibrated on)"
+    # every sample of --data is verified on (it holds 10), not 8 of them
+    np.testing.assert_array_equal(_stack(job.samples), data[:10] * 0.5)
+    assert job.basis == "10 sample(s) of --data (not calibrated on)"
+    # up to DATA_SAMPLES, or --samples; the summary says when more were given
+    four = job_data(model, "int8", calibration=str(tmp / "cal.npy"),
+                    inputs=str(tmp / "other.npy"), samples=4)
+    np.testing.assert_array_equal(_stack(four.samples), data[:4] * 0.5)
+    assert four.basis == ("4 sample(s) of --data (not calibrated on; its first 4: --samples N "
+                          "for more)")
     # nothing calibrates in float: the calibration file is verified on as given
     flt = job_data(model, "none", calibration=str(tmp / "cal.npy"))
     np.testing.assert_array_equal(_stack(flt.samples), data[:8])

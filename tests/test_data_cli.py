@@ -110,6 +110,16 @@ def test_verify_with_own_data_states_the_defaults(cli, quick_start):
     assert "tolerances: defaults" in stdout
 
 
+def test_verify_compares_on_every_sample_of_its_inputs(cli, quick_start, tmp_path):
+    """Data given is used: 12 samples compared (up to 32), not the 4 of synthetic data."""
+
+    np.save(tmp_path / "x.npy", np.random.default_rng(3).uniform(-1, 1, (12, 32, 32, 3))
+            .astype(np.float32))
+    code, stdout, _ = cli("verify", SAMPLES["keras"], quick_start / "saved_model", "--inputs",
+                          tmp_path / "x.npy", "--json")
+    assert json.loads(stdout)["data"]["samples"] == 12, stdout[-1500:]
+
+
 def test_job_without_data_says_its_verdict_rests_on_synthetic_data(cli, tmp_path):
     code, stdout, _ = cli(SAMPLES["keras"], "--target", "tflite", "--quantize", "none",
                           "-o", tmp_path / "out", "--json")

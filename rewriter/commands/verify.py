@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rewriter.commands._common import pixel_map
+from rewriter.defaults import DATA_SAMPLES
 from rewriter.errors import UserError
 from rewriter.job.options import add_pixel_arguments
 
@@ -38,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help=".npy, .npz keyed by input name, or a directory of images "
                         "(default: seeded synthetic data)")
     d.add_argument("--samples", type=int, default=None, metavar="N",
-                   help="number of samples (synthetic), or at most N from --inputs (default 4)")
+                   help="number of samples (synthetic, default 4), or at most N from --inputs "
+                   f"(default {DATA_SAMPLES})")
     d.add_argument("--seed", type=int, default=None, help="seed of synthetic data (default 0)")
     d.add_argument("--input-range", action="append", default=[], metavar="[NAME:]LO,HI",
                    help="range of synthetic data (default: what the model's input Rescaling/"
@@ -251,7 +253,8 @@ def _samples(args: argparse.Namespace, ref: Any, cand: Any, job: Any) -> Any:
         from rewriter.verify.input_scaling import input_scaling
 
         scaling = input_scaling(tf_model)
-    data = gather(args.data, ref.inputs, samples=args.samples or 4,
+    count = args.samples or (DATA_SAMPLES if args.data else 4)
+    data = gather(args.data, ref.inputs, samples=count,
                   seed=args.seed if args.seed is not None else 0,
                   ranges=parse_ranges(args.input_range, ref.inputs), pixels=pixels,
                   scaling=scaling)

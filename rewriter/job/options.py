@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewriter.defaults import (
     CALIBRATION_CAP,
+    DATA_SAMPLES,
     DEFAULT_OPSET,
     QUANTIZE_MODES,
     RECOVER_EPOCHS,
@@ -41,7 +42,7 @@ class JobOptions:
     exact_only: bool = False
     calibration: str | None = None  # .npy/.npz/image dir for int8 calibration
     inputs: str | None = None  # .npy/.npz/image dir for verification (default: calibration)
-    samples: int = VERIFY_SAMPLES  # verification samples
+    samples: int | None = None  # verification samples (None: job_data's defaults)
     calibration_samples: int | None = None  # None: every sample given, up to CALIBRATION_CAP
     int8_io: bool | None = None  # None: int8 I/O when the target is an int8 accelerator
     input_ranges: dict[str, tuple[float, float]] = field(default_factory=dict)  # synthetic data
@@ -134,7 +135,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--calibration-samples", "calibration_samples", "at most N samples calibrate int8 "
            f"(default: every one given, up to {CALIBRATION_CAP}; the samples held back for "
            "verification excluded)", type=int, metavar="N"),
-    Option("--samples", "samples", "verification samples (default {default})", type=int),
+    Option("--samples", "samples", f"verification samples (default: every sample of --data up "
+           f"to {DATA_SAMPLES}; else {VERIFY_SAMPLES} held back or synthetic)", type=int,
+           metavar="N"),
     Option("--min-top1", "min_top1", "int8: judge classifier outputs (one row of classes per "
            "sample) by top-1 agreement with the original >= F on the verification data, "
            "instead of cosine >= 0.99 (default: cosine)", type=float, metavar="F"),
@@ -255,7 +258,7 @@ def job_options(args: argparse.Namespace, model: Model) -> JobOptions:
     return JobOptions(
         quantize=args.quantize, opset=args.opset, exact_only=args.exact_only,
         calibration=args.calibration, inputs=args.verify_inputs,
-        samples=max(1, args.samples),
+        samples=max(1, args.samples) if args.samples is not None else None,
         calibration_samples=(max(1, args.calibration_samples) if args.calibration_samples
                              else None),
         int8_io=False if args.float_io else None,

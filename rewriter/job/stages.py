@@ -30,6 +30,7 @@ from rewriter.defaults import (
     CALIBRATION_CAP,
     CALIBRATION_SAMPLES,
     CALIBRATION_SEED,
+    DATA_SAMPLES,
     INTEGER_MODES,
     VERIFY_SAMPLES,
     VERIFY_SEED,
@@ -129,12 +130,15 @@ class JobData:
 
 
 def job_data(model: Model, quantize: str, calibration: str | None = None,
-             inputs: str | None = None, samples: int = VERIFY_SAMPLES,
+             inputs: str | None = None, samples: int | None = None,
              calibration_samples: int | None = None,
              ranges: Mapping[str, tuple[float, float]] | None = None,
              pixels: Any = None, hold_out: bool = False) -> JobData:
     """Verification samples and the calibration set, mapped the way the model expects (its
-    input Rescaling/Normalization, or ``pixels``), never overlapping when the user gave data:
+    input Rescaling/Normalization, or ``pixels``), never overlapping when the user gave data.
+    ``samples``: how many are verified on (default: every sample of ``inputs`` given beside a
+    calibration set, up to :data:`~rewriter.defaults.DATA_SAMPLES`; else
+    :data:`~rewriter.defaults.VERIFY_SAMPLES`):
 
     * ``calibration`` and ``inputs`` (different files): calibrate on every sample of the
       first (at most ``calibration_samples``, default :data:`~rewriter.defaults.
@@ -151,6 +155,7 @@ def job_data(model: Model, quantize: str, calibration: str | None = None,
     from rewriter.verify.through_cut import gather_through_cut
 
     common = {"ranges": dict(ranges or {}), "pixels": pixels, "scaling": input_scaling(model)}
+    given, samples = samples, samples or VERIFY_SAMPLES
     cap = calibration_samples or CALIBRATION_CAP
     calibrates = quantize in CALIBRATED or hold_out
     what = f"{quantize} calibrated" if quantize in CALIBRATED else "fine-tuned"
@@ -165,11 +170,16 @@ def job_data(model: Model, quantize: str, calibration: str | None = None,
                             "value(s); the int8 converter cannot calibrate on them: remove them")
     one = None  # (the one set of data, its flag) to split
     if inputs and (cal is not None or not calibrates):
-        data = gather_through_cut(inputs, model, samples=samples, **common)
-        basis = f"{len(data.samples)} sample(s) of --data"
+        want = given or DATA_SAMPLES
+        data = gather_through_cut(inputs, model, samples=want + 1, **common)
+        more, data = len(data.samples) > want, data.head(want)
+        said = ["not calibrated on"] if cal is not None else []
+        if more:
+            said.append(f"its first {want}: --samples N for more")
+        basis = f"{len(data.samples)} sample(s) of --data" + (f" ({'; '.join(said)})"
+                                                              if said else "")
         if cal is not None:
             cal = cal.head(cap)
-            basis += " (not calibrated on)"
     elif cal is not None and not calibrates:
         data, cal = cal.head(samples), cal.head(cap)
         basis = f"{len(data.samples)} sample(s) of --calibration (no calibration: {quantize})"
