@@ -18,7 +18,8 @@ file quantises is rounded to the very range the converter gave it (read from the
 min/max the tensor took over every training input, as the converter's min/max calibration on
 the same inputs gives (widened during an epoch when a batch exceeds it, never narrowed; a
 moving average of batch ranges narrows them and the student learns to rely on a precision the
-exported file does not have). After fine-tuning the variables
+exported file does not have). A Log or Sqrt reading a rounded 0 keeps its forward value and gets
+a finite gradient (:mod:`rewriter.tune.grad_safe`: 0 x inf was NaN). After fine-tuning the variables
 are frozen back into the consts (the fake quantisation is not kept) and the job exports and
 verifies the new graph as usual; the report compares the artifact before and after on held-back
 inputs the fine-tuning never saw.
@@ -37,6 +38,7 @@ import numpy as np
 from rewriter.defaults import RECOVER_EPOCHS
 from rewriter.ir.graph import GraphIndex, make_node, parse_input
 from rewriter.ir.model import Model
+from rewriter.tune.grad_safe import gradient_safe
 
 LEARNING_RATE = 3e-4
 #: Samples whose gradients are averaged per update.
@@ -280,7 +282,8 @@ def _kernel_axes(graph_def: Any) -> dict[str, str]:
 
 def _with_fake_quant(graph_def: Any, nodes: Sequence[str]) -> tuple[Any, list[tuple[str, str]]]:
     """``graph_def`` with a FakeQuantWithMinMaxVars after each of ``nodes``, its range read
-    from two new scalar placeholders (returned, per node, as (min name, max name))."""
+    from two new scalar placeholders (returned, per node, as (min name, max name)); a Log or
+    Sqrt reading it gets a finite gradient (:mod:`rewriter.tune.grad_safe`)."""
     g = GraphIndex(graph_def)
     names = []
     for node in nodes:
@@ -297,6 +300,8 @@ def _with_fake_quant(graph_def: Any, nodes: Sequence[str]) -> tuple[Any, list[tu
                     for r in consumer.input]
             g.set_inputs(consumer, refs)
         names.append((lo.name, hi.name))
+    for lo_name, _ in names:  # after every fake quant is in: a Log's own one then reads it
+        gradient_safe(g, lo_name[:-len("/min")])
     return g.to_graph_def(), names
 
 
